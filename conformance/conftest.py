@@ -1,0 +1,27 @@
+"""Shared setup for the conformance suite.
+
+The suite runs under ``pytest -n auto`` on small machines, so every run keeps torch to one
+intra-op thread (a process-wide setting the host makes, as the spec asks), and the
+oversubscription warning is silenced (``pytest.warns`` in the tests that check it still sees it).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import mujou
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        # pytest.warns() inside a test still sees it: it resets the filters it needs.
+        warnings.simplefilter("ignore", mujou.OversubscriptionWarning)
+        yield
+    torch.set_num_threads(before)
