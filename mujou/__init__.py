@@ -1,0 +1,62 @@
+"""Mujou: nets of PyTorch nodes that update asynchronously, each at its own period.
+
+The public API is exactly what ``__all__`` lists; every other module is private.
+"""
+
+from ._errors import GlobalRandomWarning as GlobalRandomWarning
+from ._errors import HookError as HookError
+from ._errors import LeakedSettingWarning as LeakedSettingWarning
+from ._errors import MujouInternalError as MujouInternalError
+from ._errors import MujouWarning as MujouWarning
+from ._errors import OversubscriptionWarning as OversubscriptionWarning
+from ._net import Net as Net
+from ._node import Node as Node
+from ._ports import Input as Input
+from ._ports import Output as Output
+from ._run import Run as Run
+from ._run import run as run
+from ._state import load as load
+from ._state import save as save
+from ._stats import NodeStats as NodeStats
+from ._stats import RunStats as RunStats
+from ._subscription import Subscription as Subscription
+from ._timer import RealTimeTimer as RealTimeTimer
+from ._timer import Timer as Timer
+from ._timer import VirtualTimer as VirtualTimer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GlobalRandomWarning",
+    "HookError",
+    "Input",
+    "LeakedSettingWarning",
+    "MujouInternalError",
+    "MujouWarning",
+    "Net",
+    "Node",
+    "NodeStats",
+    "Output",
+    "OversubscriptionWarning",
+    "RealTimeTimer",
+    "Run",
+    "RunStats",
+    "Subscription",
+    "Timer",
+    "VirtualTimer",
+    "load",
+    "run",
+    "save",
+]
+
+
+def _fix_module_metadata() -> None:
+    """Show the public objects as ``mujou.X`` in tracebacks, pickles and docs (as trio does)."""
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith("mujou."):
+            obj.__module__ = "mujou"
+
+
+_fix_module_metadata()
+del _fix_module_metadata

@@ -1,0 +1,41 @@
+"""Mujou's exceptions and warnings."""
+
+from __future__ import annotations
+
+
+class HookError(RuntimeError):
+    """A hook of a node raised: the run stopped, and this names where.
+
+    The original exception is the ``__cause__``. See :ref:`run.hook-error`.
+
+    Attributes:
+        node: The node's name (its dotted path in the net).
+        hook: The hook that raised, e.g. ``"on_update"``.
+        time: The run's timer time when the hook started, in seconds.
+    """
+
+    def __init__(self, node: str, hook: str, time: float, exc: BaseException) -> None:
+        super().__init__(f"node {node!r} raised {type(exc).__name__} in {hook} at t={time:.3f}: {exc}")
+        self.node = node
+        self.hook = hook
+        self.time = time
+
+
+class MujouInternalError(Exception):
+    """A broken invariant inside Mujou: a bug in Mujou, not in the net. Please file it."""
+
+
+class MujouWarning(UserWarning):
+    """Base class of the warnings Mujou issues."""
+
+
+class OversubscriptionWarning(MujouWarning):
+    """More compute threads than physical cores: see :ref:`settings.oversubscription-warning`."""
+
+
+class LeakedSettingWarning(MujouWarning):
+    """A hook returned with a per-thread torch setting changed: see :ref:`rules.hook-settings-warning`."""
+
+
+class GlobalRandomWarning(MujouWarning):
+    """A hook reseeded torch's global generator: see :ref:`rules.manual-seed-warning`."""

@@ -1,0 +1,205 @@
+"""Typed ports: ``Output`` sends snapshots, ``Input`` reads the latest message.
+
+A port is declared on the node class (``y = Output()``); each node gets its own bound copy
+in ``Node.__init__``, which ``node.y`` returns. Messages are shared between the readers of
+a port and must not be changed in place: see :ref:`ports.message-read-only`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from ._node import Node
+
+Watcher = Callable[[torch.Tensor], None]
+
+
+def _bound_port(node: object, attr: str) -> _Port:
+    """The port ``attr`` of ``node``: its own copy, made in ``Node.__init__``."""
+    try:
+        core = vars(node)["_mujou"]
+    except KeyError:
+        from ._node import not_initialized_message
+
+        raise TypeError(not_initialized_message(node)) from None
+    port: _Port = core.ports[attr]
+    return port
+
+
+class _Port:
+    """What inputs and outputs share: a name, a node, the latest message and its watchers."""
+
+    __slots__ = ("_attr", "_latest", "_node", "_watchers")
+
+    def __init__(self) -> None:
+        self._attr = ""
+        self._node: Node | None = None
+        self._latest: torch.Tensor | None = None
+        # Replaced, never mutated, so a sender can iterate it without a lock.
+        self._watchers: tuple[Watcher, ...] = ()
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = name
+
+    def __set__(self, node: object, value: object) -> None:
+        raise AttributeError(
+            f"port {self._attr!r} of {type(node).__name__} cannot be assigned; "
+            "ports are declared once on the class"
+        )
+
+    def _bound_copy(self, node: Node) -> _Port:
+        port = type(self).__new__(type(self))
+        _Port.__init__(port)
+        port._attr = self._attr
+        port._node = node
+        return port
+
+    @property
+    def node(self) -> Node:
+        """The node this port belongs to."""
+        if self._node is None:
+            raise TypeError(
+                f"{type(self).__name__} {self._attr!r} is the class attribute; "
+                "use the port of a node instance (node.port)"
+            )
+        return self._node
+
+    @property
+    def name(self) -> str:
+        """The port's dotted name: the node's name, a dot, the attribute name."""
+        if self._node is None:
+            return self._attr
+        node_name = self._node.name
+        return f"{node_name}.{self._attr}" if node_name else self._attr
+
+    def _publish(self, message: torch.Tensor) -> None:
+        self._latest = message
+        for watcher in self._watchers:
+            watcher(message)
+
+    def _add_watcher(self, watcher: Watcher) -> None:
+        self._watchers = (*self._watchers, watcher)
+
+    def _remove_watcher(self, watcher: Watcher) -> None:
+        self._watchers = tuple(w for w in self._watchers if w is not watcher)
+
+    def _check_hook_thread(self, verb: str) -> Node:
+        node = self.node
+        if node._mujou.hook_thread != threading.get_ident():
+            raise RuntimeError(
+                f"port {self.name!r}: {verb}() was called outside the hooks of node "
+                f"{node.name!r}; a port is used only from its node's hooks, and the host "
+                "uses run.read() and run.write()"
+            )
+        return node
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class Output(_Port):
+    """A port a node sends messages on; any number of inputs read it.
+
+    Declare it on the node class: ``y = Output()``. See :ref:`ports.declare`.
+    """
+
+    __slots__ = ("_readers",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._readers: list[Input] = []
+
+    def __get__(self, node: object, owner: type | None = None) -> Output:
+        if node is None:
+            return self
+        port = _bound_port(node, self._attr)
+        assert isinstance(port, Output)
+        return port
+
+    def _bound_copy(self, node: Node) -> Output:
+        port = super()._bound_copy(node)
+        assert isinstance(port, Output)
+        port._readers = []
+        return port
+
+    def send(self, value: torch.Tensor) -> None:
+        """Send a snapshot of ``value``: later changes to ``value`` do not change the message.
+
+        Called from the hooks of this port's node only. See :ref:`ports.send-snapshot`.
+
+        Raises:
+            TypeError: ``value`` is not a tensor.
+            RuntimeError: called outside the node's hooks.
+        """
+        node = self._check_hook_thread("send")
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"port {self.name!r} sends torch.Tensor messages, got {type(value).__name__}")
+        engine = node._mujou.engine
+        assert engine is not None, "a node in a hook is in a run"
+        engine.publish(self, value.detach().clone())
+
+
+class Input(_Port):
+    """A port a node reads the latest message of its one source from.
+
+    Declare it on the node class: ``x = Input()``; ``Input(optional=True)`` may stay without
+    a source and without host messages. See :ref:`ports.read-latest`.
+    """
+
+    __slots__ = ("_optional", "_source")
+
+    def __init__(self, *, optional: bool = False) -> None:
+        super().__init__()
+        if not isinstance(optional, bool):
+            raise TypeError(f"optional must be a bool, got {type(optional).__name__}: {optional!r}")
+        self._optional = optional
+        self._source: Output | None = None
+
+    def __get__(self, node: object, owner: type | None = None) -> Input:
+        if node is None:
+            return self
+        port = _bound_port(node, self._attr)
+        assert isinstance(port, Input)
+        return port
+
+    def _bound_copy(self, node: Node) -> Input:
+        port = super()._bound_copy(node)
+        assert isinstance(port, Input)
+        port._optional = self._optional
+        port._source = None
+        return port
+
+    @property
+    def optional(self) -> bool:
+        """Whether the input may have neither a source nor a message from the host."""
+        return self._optional
+
+    @property
+    def source(self) -> Output | None:
+        """The output connected to this input, or None (the host may write it)."""
+        return self._source
+
+    def _message(self) -> torch.Tensor | None:
+        source = self._source
+        return self._latest if source is None else source._latest
+
+    def read(self) -> torch.Tensor | None:
+        """The latest visible message, on this node's device, or None when there is none yet.
+
+        The message is shared with the other readers: do not change it in place (clone it
+        first). Called from the hooks of this port's node only. See :ref:`ports.read-latest`.
+        """
+        node = self._check_hook_thread("read")
+        message = self._message()
+        if message is None:
+            return None
+        core = node._mujou
+        if message.device != core.device:
+            return message.to(core.device)
+        core.reads.append((self, message, message._version))
+        return message

@@ -1,0 +1,497 @@
+"""``mujou.run`` and the ``Run`` handle: starting a net, the host's calls, stopping.
+
+See the "Running a net" page of the spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import warnings
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, final
+
+import torch
+
+from ._cpus import default_workers, gil_enabled, physical_cores, usable_cpus
+from ._errors import HookError, OversubscriptionWarning
+from ._net import Net
+from ._node import Node
+from ._ports import Input, Output, _Port
+from ._schedule import first_slot_at_or_after
+from ._stats import NodeStats, RunStats
+from ._subscription import Subscription
+from ._timer import Clock, RealTimeTimer, Timer
+from ._tree import build_tree, check_tree, mismatch_message, state_ports
+from ._workers import Engine, in_hook_thread
+
+
+def run(
+    net: Net,
+    *,
+    workers: int | None = None,
+    timer: Timer | None = None,
+    inputs: Mapping[Input, torch.Tensor] | None = None,
+    state: Mapping[str, Any] | None = None,
+) -> Run:
+    """Start ``net`` and return its :class:`Run`; use it as a context manager.
+
+    Every ``on_start`` hook, then the restore of ``state``, then the first messages of
+    ``inputs`` complete before the timer starts and before this returns. See :ref:`run.start`.
+
+    Args:
+        net: The net to run.
+        workers: The number of worker threads; None chooses from the usable CPUs
+            (see :ref:`threads.default-workers`).
+        timer: :class:`RealTimeTimer` (the default) or :class:`VirtualTimer`.
+        inputs: First messages of inputs the host feeds (inputs without a source).
+        state: A state tree from :meth:`Run.state_dict` (or :func:`mujou.load`) to resume.
+
+    Raises:
+        TypeError, ValueError: an argument is not allowed; nothing was started.
+        RuntimeError: a node of the net is in a run that has not ended.
+        HookError: an ``on_start`` hook raised; the started nodes were stopped.
+    """
+    if not isinstance(net, Net):
+        raise TypeError(f"net must be a mujou.Net, got {type(net).__name__}: {net!r}")
+    if workers is not None:
+        if isinstance(workers, bool) or not isinstance(workers, int):
+            raise TypeError(
+                f"workers must be a positive int or None, got {type(workers).__name__}: {workers!r}"
+            )
+        if workers < 1:
+            raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    if timer is None:
+        timer = RealTimeTimer()
+    elif not isinstance(timer, Timer):
+        raise TypeError(
+            "timer must be mujou.RealTimeTimer() or mujou.VirtualTimer(), "
+            f"got {type(timer).__name__}: {timer!r}"
+        )
+    nodes = list(net.nodes())
+    _check_net(net, nodes)
+    first = _check_inputs(nodes, inputs)
+    on_workers = sum(1 for node in nodes if not node.dedicated_thread)
+    if workers is None:
+        workers = default_workers(on_workers, cpus=usable_cpus(), gil=gil_enabled())
+    threads = workers + len(nodes) - on_workers
+    cores = physical_cores()
+    if threads * torch.get_num_threads() > cores:
+        warnings.warn(
+            f"this run computes on {threads} thread(s) ({workers} worker(s) and "
+            f"{len(nodes) - on_workers} dedicated), and torch uses {torch.get_num_threads()} "
+            f"thread(s) for each, more than the {cores} physical core(s) this process may use; "
+            "call torch.set_num_threads(1) before mujou.run, or run fewer workers",
+            OversubscriptionWarning,
+            stacklevel=2,
+        )
+    engine = Engine(nodes, workers, Clock(timer, 0.0))
+    restore: list[Any] | None = None
+    meta: dict[str, Any] = {}
+    if state is not None:
+        problems, restore, meta = check_tree(engine.slots, state)
+        if problems:
+            raise ValueError(mismatch_message(problems))
+    _sync_host_streams(nodes)
+    load_errors = engine.start(restore)
+    if load_errors:
+        engine.stop()
+        problems = [f"node {slot.name!r}: {exc}" for slot, exc in load_errors]
+        raise ValueError(mismatch_message(problems)) from load_errors[0][1]
+    if restore is not None:
+        _restore_meta(engine, meta)
+    for port, message in first.items():
+        engine.host_write(port, _host_message(port, message))
+    engine.go()
+    handle = Run.__new__(Run)
+    handle._setup(net, engine)
+    return handle
+
+
+def _check_net(net: Net, nodes: list[Node]) -> None:
+    if not nodes:
+        raise ValueError(f"the net {type(net).__name__} has no node; assign nodes to it first")
+    members = {id(node) for node in nodes}
+    for node in nodes:
+        if node._mujou.engine is not None:
+            raise RuntimeError(f"node {node.name!r} is in a run that has not ended; stop that run first")
+        for port in node._mujou.ports.values():
+            if isinstance(port, Input):
+                source = port.source
+                if source is not None and id(source.node) not in members:
+                    raise ValueError(
+                        f"input {port.name!r} is connected to {source.name!r}, whose node is not in this net"
+                    )
+            elif isinstance(port, Output):
+                for reader in port._readers:
+                    if id(reader.node) not in members:
+                        raise ValueError(
+                            f"output {port.name!r} is connected to {reader.name!r}, "
+                            "whose node is not in this net"
+                        )
+
+
+def _check_inputs(
+    nodes: list[Node], inputs: Mapping[Input, torch.Tensor] | None
+) -> dict[Input, torch.Tensor]:
+    if inputs is None:
+        inputs = {}
+    elif not isinstance(inputs, Mapping):
+        raise TypeError(f"inputs must be a mapping from Input to tensor, got {type(inputs).__name__}")
+    members = {id(node) for node in nodes}
+    for key, message in inputs.items():
+        port: object = key
+        if not isinstance(port, Input) or port._node is None:
+            raise TypeError(f"inputs keys must be the Input ports of nodes, got {port!r}")
+        if id(port.node) not in members:
+            raise ValueError(f"input {port.name!r} in inputs= is not a port of this net")
+        if port.source is not None:
+            raise ValueError(
+                f"input {port.name!r} has the source {port.source.name!r}; inputs= gives first "
+                "messages to inputs the host feeds (inputs without a source)"
+            )
+        if not isinstance(message, torch.Tensor):
+            raise TypeError(f"inputs[{port.name!r}] must be a torch.Tensor, got {type(message).__name__}")
+    for node in nodes:
+        for declared in node._mujou.ports.values():
+            if (
+                isinstance(declared, Input)
+                and declared.source is None
+                and not declared.optional
+                and declared not in inputs
+            ):
+                raise ValueError(
+                    f"input {declared.name!r} has no source: connect it with "
+                    "net.connect(output, input), give it a first message with "
+                    "mujou.run(..., inputs={port: tensor}), or declare it Input(optional=True)"
+                )
+    return dict(inputs)
+
+
+def _host_message(port: Input, message: torch.Tensor) -> torch.Tensor:
+    """The host's snapshot of ``message`` for ``port``, on the port's node's device."""
+    return message.detach().to(port.node.device, copy=True)
+
+
+def _sync_host_streams(nodes: list[Node]) -> None:
+    """Wait for the host's current stream on each CUDA device of the net (cuda.run-syncs-host-stream)."""
+    for device in {node.device for node in nodes if node.device.type == "cuda"}:
+        torch.cuda.current_stream(device).synchronize()
+
+
+def _restore_meta(engine: Engine, meta: Mapping[str, Any]) -> None:
+    time = float(meta["time"])
+    engine.clock = Clock(_timer_of(engine.clock), time)
+    saved_nodes: Mapping[str, Any] = meta["nodes"]
+    for slot in engine.slots:
+        saved = saved_nodes[slot.name]
+        if float(saved["period"]) == slot.period:
+            slot.slot = int(saved["slot"])
+        else:
+            slot.slot = first_slot_at_or_after(time, slot.period)
+        slot.last = float(saved["last"])
+    ports = state_ports(engine.slots)
+    for name, message in meta.get("ports", {}).items():
+        port = ports.get(name)
+        if port is not None and message is not None:
+            port._latest = message.to(port.node.device, copy=True)
+
+
+def _timer_of(clock: Clock) -> Timer:
+    from ._timer import VirtualTimer
+
+    return VirtualTimer() if clock.virtual else RealTimeTimer(scale=clock.scale)
+
+
+@final
+class Run:
+    """A running net: the host's handle to read, write, wait, take state and stop.
+
+    Made only by :func:`mujou.run`. Use it as a context manager: leaving the ``with`` block
+    stops the run. See the "Running a net" page.
+    """
+
+    _net: Net
+    _engine: Engine
+    _subscriptions: list[Subscription]
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("mujou.Run has no public constructor; use mujou.run(net)")
+
+    def _setup(self, net: Net, engine: Engine) -> None:
+        self._net = net
+        self._engine = engine
+        self._subscriptions = []
+        self._nodes = {id(slot.node) for slot in engine.slots}
+        engine.add_waker(self._wake_subscriptions)
+
+    def _wake_subscriptions(self) -> None:
+        for subscription in list(self._subscriptions):
+            subscription._run_ended()
+
+    # -- checks shared by the host's calls -------------------------------------------------
+
+    def _host_call(self, what: str) -> None:
+        """Refuse calls that wait, from a hook (rules.no-run-calls-in-hooks); flush warnings."""
+        if in_hook_thread():
+            raise RuntimeError(
+                f"run.{what}() cannot be called from a hook: it would wait for the node itself"
+            )
+        self._engine.flush_warnings(stacklevel=3)
+
+    def _port(self, port: object) -> _Port:
+        if not isinstance(port, Input | Output):
+            raise TypeError(f"port must be an Input or Output of a node, got {type(port).__name__}")
+        if port._node is None:
+            raise TypeError(
+                f"{type(port).__name__} {port.name!r} is the class attribute; "
+                "pass the port of a node instance (node.port)"
+            )
+        if id(port._node) not in self._nodes:
+            raise ValueError(f"port {port.name!r} is not a port of this run's net")
+        return port
+
+    def _live(self, what: str) -> None:
+        self._engine.raise_error()
+        if self._engine.ended:
+            raise RuntimeError(f"run.{what}(): the run has ended")
+
+    # -- reading and writing ---------------------------------------------------------------
+
+    def read(self, port: Input | Output) -> torch.Tensor | None:
+        """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
+        checked = self._port(port)
+        message = checked._message() if isinstance(checked, Input) else checked._latest
+        return None if message is None else message.to("cpu", copy=True)
+
+    def write(self, port: Input, value: torch.Tensor) -> None:
+        """Set the latest message of an input without a source. See :ref:`run.write`.
+
+        Raises:
+            TypeError: ``value`` is not a tensor.
+            ValueError: ``port`` has a source in the net.
+            HookError: a hook failed.
+            RuntimeError: the run has ended.
+        """
+        self._host_call("write")
+        checked = self._port(port)
+        if not isinstance(checked, Input):
+            raise TypeError(f"run.write() takes an Input, got output {checked.name!r}")
+        if checked.source is not None:
+            raise ValueError(
+                f"input {checked.name!r} has the source {checked.source.name!r}; the host "
+                "writes only inputs without a source"
+            )
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"run.write() takes a torch.Tensor, got {type(value).__name__}")
+        self._live("write")
+        self._engine.host_write(checked, _host_message(checked, value))
+
+    def subscribe(self, port: Input | Output, maxsize: int = 1024) -> Subscription:
+        """Every message made visible on ``port`` from now on. See :ref:`run.subscribe`."""
+        self._host_call("subscribe")
+        checked = self._port(port)
+        size: object = maxsize
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"maxsize must be a positive int, got {maxsize!r}")
+        self._live("subscribe")
+        if isinstance(checked, Input) and checked.source is not None:
+            checked = checked.source
+        subscription = Subscription._open(checked, maxsize, self._subscriptions.remove)
+        self._subscriptions.append(subscription)
+        return subscription
+
+    def wait_for(
+        self,
+        port: Input | Output,
+        predicate: Callable[[torch.Tensor], bool] | None = None,
+        timeout: float | None = None,
+    ) -> torch.Tensor:
+        """Wait until the port's latest message satisfies ``predicate``; return a CPU copy.
+
+        The current latest message is checked first. ``timeout`` is in timer seconds. Under
+        the virtual timer this advances time like :meth:`sleep`. See :ref:`run.wait-for`.
+
+        Raises:
+            TimeoutError: no such message within ``timeout``.
+            HookError: a hook failed.
+            RuntimeError: the run ended first.
+        """
+        self._host_call("wait_for")
+        checked = self._port(port)
+        until = None if timeout is None else self.time + _seconds("timeout", timeout)
+        source = checked.source if isinstance(checked, Input) and checked.source else checked
+        found: list[torch.Tensor] = []
+        checked_last: list[torch.Tensor | None] = [None]
+
+        def matches(message: torch.Tensor | None) -> bool:
+            if message is None or message is checked_last[0]:
+                return False
+            checked_last[0] = message
+            copy = message.to("cpu", copy=True)
+            if predicate is None or predicate(copy):
+                found.append(copy)
+                return True
+            return False
+
+        def latest_matches() -> bool:
+            return bool(found) or matches(source._latest)
+
+        engine = self._engine
+        if latest_matches():
+            return found[0]
+        self._live("wait_for")
+        if engine.clock.virtual:
+            engine.advance(until, latest_matches)
+        else:
+            arrived: list[torch.Tensor] = []
+
+            def watcher(message: torch.Tensor) -> None:
+                arrived.append(message)
+                engine.notify_host()
+
+            def done() -> bool:
+                while arrived and not found:
+                    matches(arrived.pop(0))
+                return bool(found) or latest_matches()
+
+            source._add_watcher(watcher)
+            try:
+                engine.wait_real(until, done)
+            finally:
+                source._remove_watcher(watcher)
+        if found:
+            return found[0]
+        engine.raise_error()
+        if engine.ended:
+            raise RuntimeError(f"run.wait_for(): the run ended before {checked.name!r} matched")
+        raise TimeoutError(f"no matching message on {checked.name!r} within {timeout} s")
+
+    # -- time ------------------------------------------------------------------------------
+
+    @property
+    def time(self) -> float:
+        """The run's timer time in seconds (frozen once the run has ended). See :ref:`run.time`."""
+        engine = self._engine
+        return engine.end_time if engine.ended else engine.clock.now()
+
+    @property
+    def workers(self) -> int:
+        """The number of worker threads of the run."""
+        return self._engine.workers
+
+    @property
+    def running(self) -> bool:
+        """Whether the run has not ended yet."""
+        return not self._engine.ended
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of the run's timer; under the virtual timer, run them. See :ref:`run.sleep`.
+
+        Raises:
+            ValueError: ``seconds`` is negative or not finite.
+            HookError: a hook failed.
+            RuntimeError: the run has ended.
+        """
+        self._host_call("sleep")
+        until = self.time + _seconds("seconds", seconds)
+        self._live("sleep")
+        if self._engine.clock.virtual:
+            self._engine.advance(until, lambda: False)
+        else:
+            self._engine.wait_real(until, lambda: False)
+        self._engine.flush_warnings(stacklevel=2)
+        self._engine.raise_error()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until the run ends: stopped from another thread, or a hook failed. See :ref:`run.join`.
+
+        ``timeout`` is in timer seconds; under the virtual timer, time advances meanwhile.
+
+        Raises:
+            TimeoutError: the run did not end within ``timeout``.
+            HookError: a hook failed.
+        """
+        self._host_call("join")
+        engine = self._engine
+        until = None if timeout is None else self.time + _seconds("timeout", timeout)
+        if engine.clock.virtual:
+            engine.advance(until, lambda: engine.ended)
+        else:
+            engine.wait_real(until, lambda: engine.ended)
+        if engine.error is not None:
+            engine.stop()
+            raise engine.error
+        if not engine.ended:
+            raise TimeoutError(f"the run did not end within {timeout} s")
+
+    # -- state and stopping ----------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state tree of the whole run, taken between updates. See :ref:`state.tree-shape`.
+
+        Works during the run and after it ended, also after a hook failed.
+        """
+        self._host_call("state_dict")
+        time, states = self._engine.collect_states()
+        return build_tree(self._engine.slots, states, time)
+
+    def stop(self) -> None:
+        """Stop the run: wait for running hooks, run every ``on_stop``, end the threads.
+
+        A second call does nothing more. See :ref:`run.stop`.
+
+        Raises:
+            HookError: a hook failed during the run (also on later calls).
+        """
+        self._host_call("stop")
+        self._engine.stop()
+        self._engine.flush_warnings(stacklevel=2)
+        self._engine.raise_error()
+
+    def stats(self) -> RunStats:
+        """The run's counters: time, workers, and per node updates, skips, lateness, busy time."""
+        return RunStats(
+            time=self.time,
+            workers=self._engine.workers,
+            nodes={
+                slot.name: NodeStats(
+                    updates=slot.updates,
+                    skipped=slot.skipped,
+                    max_lateness=slot.max_lateness,
+                    busy=slot.busy_seconds,
+                )
+                for slot in self._engine.slots
+            },
+        )
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.stop()
+            return
+        # The exception leaving the block stays the one the host sees.
+        with contextlib.suppress(HookError):
+            self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "ended"
+        return f"<mujou.Run of {type(self._net).__name__}, {state}, t={self.time:.3f}>"
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}: {value!r}")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return seconds

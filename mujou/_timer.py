@@ -1,0 +1,84 @@
+"""The run's timers: real time (optionally scaled) and virtual time.
+
+A timer only tells the time; the scheduler decides what to run. The virtual timer's
+time is moved by the host's calls on the run (see :ref:`timers.virtual`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import final
+
+
+class Timer:
+    """The clock of a run: :class:`RealTimeTimer` or :class:`VirtualTimer`.
+
+    Pass one to ``mujou.run(net, timer=...)``. A timer is used by one run at a time.
+    """
+
+    def __init__(self) -> None:
+        if type(self) is Timer:
+            raise TypeError("mujou.Timer is abstract; use mujou.RealTimeTimer() or mujou.VirtualTimer()")
+
+    @property
+    def virtual(self) -> bool:
+        """Whether the time advances only when the host asks it to."""
+        return isinstance(self, VirtualTimer)
+
+
+@final
+class RealTimeTimer(Timer):
+    """Timer seconds that follow the monotonic clock, ``scale`` of them per real second.
+
+    See :ref:`timers.realtime`.
+    """
+
+    def __init__(self, *, scale: float = 1.0) -> None:
+        super().__init__()
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"scale must be a real number > 0, got {type(scale).__name__}: {scale!r}")
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+        self.scale = float(scale)
+
+    def __repr__(self) -> str:
+        return f"RealTimeTimer(scale={self.scale!r})"
+
+
+@final
+class VirtualTimer(Timer):
+    """Time that advances only inside the host's ``sleep``, ``wait_for`` and ``join``.
+
+    The run jumps from one due update to the next as fast as the machine allows, and its
+    results do not depend on the machine or the number of workers. See
+    :ref:`timers.virtual` and :ref:`sched.virtual-deterministic`.
+    """
+
+    def __repr__(self) -> str:
+        return "VirtualTimer()"
+
+
+class Clock:
+    """The run's view of its timer: ``now()`` in timer seconds, from ``origin``."""
+
+    def __init__(self, timer: Timer, origin: float) -> None:
+        self.virtual = timer.virtual
+        self.scale = timer.scale if isinstance(timer, RealTimeTimer) else 1.0
+        self._origin = origin
+        self._start = time.monotonic()
+        self.virtual_now = origin
+
+    def start(self) -> None:
+        """Start counting real time from now (the run's timer starts)."""
+        self._start = time.monotonic()
+
+    def now(self) -> float:
+        """The timer time in seconds."""
+        if self.virtual:
+            return self.virtual_now
+        return self._origin + (time.monotonic() - self._start) * self.scale
+
+    def real_seconds(self, timer_seconds: float) -> float:
+        """How long ``timer_seconds`` of this timer last in real time."""
+        return timer_seconds / self.scale

@@ -1,0 +1,639 @@
+"""The engine of a run: the worker pool, the dedicated threads and the scheduler that feeds them.
+
+One lock (``Engine._lock``) guards the schedule and every node's bookkeeping between hooks;
+hooks run outside it.
+
+Guarantees:
+- A node is in exactly one place at a time: in the due heap, queued as a job, or running on
+  one thread (``Slot.busy``). So its hooks never overlap, and the lock hand-off between two
+  of its hooks makes each see what the previous one wrote (threads.hooks-exclusive).
+- A free worker takes a queued job first (start, restore, state, stop), else the update due
+  earliest, equal due times in registration order (threads.earliest-due-first).
+- Taking the next update and putting back the previous one is one lock acquisition.
+- Under the virtual timer, only the host moves time (``advance``), and it does so only when
+  no hook is running and nothing is due: messages sent at time t are committed then, so
+  updates due at t never see each other's messages (visibility.virtual).
+- Only the GIL-independent guarantees of ``threading`` are relied on, so the engine is the
+  same on free-threaded builds; messages are published by replacing one reference.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ._errors import GlobalRandomWarning, HookError, LeakedSettingWarning, MujouInternalError
+from ._schedule import DueHeap, due_time, next_slot
+from ._timer import Clock
+
+if TYPE_CHECKING:
+    from ._node import Node, NodeCore
+    from ._ports import Input, _Port
+
+START, RESTORE, STATE, STOP = "start", "restore", "state", "stop"
+_HOOK_OF_JOB = {START: "on_start", RESTORE: "load_state_dict", STATE: "state_dict", STOP: "on_stop"}
+
+
+class HookThread(threading.Thread):
+    """A thread that runs hooks: a worker, a dedicated node thread or the state thread."""
+
+
+def in_hook_thread() -> bool:
+    """Whether the calling thread is one of Mujou's hook threads."""
+    return isinstance(threading.current_thread(), HookThread)
+
+
+class Job:
+    """A one-off hook call on a node: start, restore, state or stop."""
+
+    __slots__ = ("arg", "error", "kind", "result")
+
+    def __init__(self, kind: str, arg: Any = None) -> None:
+        self.kind = kind
+        self.arg = arg
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Slot:
+    """One node's place in the run: its schedule, its flags and its statistics."""
+
+    __slots__ = (
+        "busy",
+        "busy_seconds",
+        "cond",
+        "core",
+        "dedicated",
+        "index",
+        "jobs",
+        "last",
+        "max_lateness",
+        "name",
+        "node",
+        "period",
+        "skipped",
+        "slot",
+        "started",
+        "stop_queued",
+        "stopped",
+        "updates",
+        "warned",
+    )
+
+    def __init__(self, node: Node, core: NodeCore, index: int, lock: threading.Lock) -> None:
+        self.node = node
+        self.core = core
+        self.index = index
+        self.name = node.name
+        self.period = core.period
+        self.dedicated = core.dedicated
+        self.slot = 1  # the number of the next update; it is due at slot * period
+        self.last = 0.0  # the start time of the previous update (or of the run)
+        self.busy = False
+        self.started = False
+        self.stop_queued = False
+        self.stopped = False
+        self.jobs: deque[Job] = deque()  # dedicated nodes only; worker jobs share one queue
+        self.cond = threading.Condition(lock) if self.dedicated else None
+        self.updates = 0
+        self.skipped = 0
+        self.max_lateness = 0.0
+        self.busy_seconds = 0.0
+        self.warned: set[str] = set()
+
+    @property
+    def due(self) -> float:
+        return due_time(self.slot, self.period)
+
+
+class Engine:
+    """Runs the hooks of a net's nodes on workers and dedicated threads, on a clock."""
+
+    def __init__(self, nodes: Sequence[Node], workers: int, clock: Clock) -> None:
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # idle workers wait here
+        self._host = threading.Condition(self._lock)  # the host waits here
+        self.clock = clock
+        self.slots = [Slot(node, node._mujou, i, self._lock) for i, node in enumerate(nodes)]
+        self._dedicated = [slot for slot in self.slots if slot.dedicated]
+        self._heap = DueHeap()
+        self._jobs: deque[tuple[Slot, Job]] = deque()  # one-off jobs of worker nodes
+        self._running = False  # updates may start (after the start and the restore)
+        self._paused = False  # the host is taking the state: no update may start
+        self._stopping = False
+        self._ended = False
+        self._busy = 0  # updates running now
+        self._pending = 0  # jobs the host waits for
+        self._worker_stops = 0  # stop jobs of worker nodes not yet done
+        self._staged: list[tuple[_Port, torch.Tensor]] = []  # virtual timer: sent, not visible
+        self._wakers: list[Callable[[], None]] = []  # called once when the run ends
+        self.error: HookError | None = None
+        self.end_time = 0.0
+        self._warnings: list[tuple[type[Warning], str]] = []
+        self.workers = workers
+        self._threads: list[threading.Thread] = [
+            HookThread(target=self._worker_main, name=f"mujou-worker-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        self._threads += [
+            HookThread(
+                target=self._dedicated_main,
+                args=(slot,),
+                name=f"mujou-node-{slot.name}",
+                daemon=True,
+            )
+            for slot in self._dedicated
+        ]
+        self._alive = len(self._threads)
+
+    # -- the host's side -------------------------------------------------------------------
+
+    def start(self, restore: Sequence[Any] | None) -> list[tuple[Slot, BaseException]]:
+        """Start the threads, run every on_start, then the restore; return the restore errors.
+
+        Raises the HookError of a failed on_start after stopping the started nodes.
+        """
+        for node_slot in self.slots:
+            node_slot.core.engine = self
+        for thread in self._threads:
+            thread.start()
+        self._run_jobs([(slot, Job(START)) for slot in self.slots])
+        if self.error is not None:
+            self.stop()
+            raise self.error
+        problems: list[tuple[Slot, BaseException]] = []
+        if restore is not None:
+            jobs = [(slot, Job(RESTORE, state)) for slot, state in zip(self.slots, restore, strict=True)]
+            self._run_jobs(jobs)
+            problems = [(slot, job.error) for slot, job in jobs if job.error is not None]
+        return problems
+
+    def go(self) -> None:
+        """Start the timer: updates begin."""
+        with self._lock:
+            self.clock.start()
+            for slot in self.slots:
+                slot.last = self.clock.now()
+                if not slot.dedicated:
+                    self._heap.push(slot.due, slot.index)
+            self._running = True
+            self._wake_all()
+
+    def _run_jobs(self, jobs: list[tuple[Slot, Job]]) -> None:
+        with self._lock:
+            for slot, job in jobs:
+                self._pending += 1
+                self._queue(slot, job)
+            while self._pending:
+                self._host.wait()
+
+    def _queue(self, slot: Slot, job: Job) -> None:
+        if slot.dedicated:
+            assert slot.cond is not None
+            slot.jobs.append(job)
+            slot.cond.notify()
+        else:
+            self._jobs.append((slot, job))
+            self._work.notify()
+
+    def collect_states(self) -> tuple[float, list[Any]]:
+        """Take every node's state_dict between updates; return the time and the states.
+
+        While the run runs, updates pause, worker nodes' state_dict runs on a thread of its
+        own and dedicated nodes' on theirs; once the run has ended, on the calling thread.
+        See state.consistent-snapshot.
+        """
+        with self._lock:
+            if self._stopping:
+                while not self._ended:
+                    self._host.wait()
+            else:
+                self._paused = True
+                while self._busy:
+                    self._host.wait()
+            now = self.clock.now()
+        if self._ended:
+            states = []
+            for slot in self.slots:
+                result, exc = self._call(slot, "state_dict", slot.node.state_dict)
+                if exc is not None:
+                    raise HookError(slot.name, "state_dict", now, exc) from exc
+                states.append(result)
+            return now, states
+        try:
+            jobs = [(slot, Job(STATE)) for slot in self.slots]
+            worker_jobs = [(slot, job) for slot, job in jobs if not slot.dedicated]
+            with self._lock:
+                for slot, job in jobs:
+                    self._pending += 1
+                    if slot.dedicated:
+                        self._queue(slot, job)
+                    else:
+                        slot.busy = True
+            collector = HookThread(
+                target=self._state_main, args=(worker_jobs,), name="mujou-state", daemon=True
+            )
+            collector.start()
+            collector.join()
+            with self._lock:
+                while self._pending:
+                    self._host.wait()
+        finally:
+            with self._lock:
+                self._paused = False
+                self._wake_all()
+        self.raise_error()
+        return now, [job.result for _, job in jobs]
+
+    def _state_main(self, jobs: list[tuple[Slot, Job]]) -> None:
+        for slot, job in jobs:
+            self._run_job(slot, job)
+            with self._lock:
+                self._finish_job(slot, job)
+
+    def stop(self) -> None:
+        """Stop the run and wait until every started node's on_stop ran and threads ended."""
+        with self._lock:
+            self._begin_stop()
+            while not self._ended:
+                self._host.wait()
+        for thread in self._threads:
+            thread.join()
+
+    def raise_error(self) -> None:
+        """Raise the run's HookError if a hook failed."""
+        if self.error is not None:
+            raise self.error
+
+    def flush_warnings(self, stacklevel: int) -> None:
+        """Issue the warnings hooks caused, on the calling (host) thread. See rules.warnings-on-host."""
+        while self._warnings:
+            category, message = self._warnings.pop(0)
+            warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def add_waker(self, waker: Callable[[], None]) -> None:
+        """Call ``waker`` when the run ends (at once if it has)."""
+        with self._lock:
+            if not self._ended:
+                self._wakers.append(waker)
+                return
+        waker()
+
+    def notify_host(self) -> None:
+        """Wake the host's real-time waits (a message it waits for arrived)."""
+        with self._lock:
+            self._host.notify_all()
+
+    def wait_real(self, until: float | None, done: Callable[[], bool]) -> bool:
+        """Real-time timer: wait until ``done()``, the timer reaches ``until``, or the run ends.
+
+        Returns whether ``done()`` became true.
+        """
+        with self._lock:
+            while True:
+                if done():
+                    return True
+                if self._ended or self.error is not None:
+                    return False
+                if until is None:
+                    self._host.wait()
+                    continue
+                remaining = until - self.clock.now()
+                if remaining <= 0:
+                    return False
+                self._host.wait(self.clock.real_seconds(remaining))
+
+    def advance(self, until: float | None, done: Callable[[], bool]) -> bool:
+        """Virtual timer: run every update due up to ``until`` (or forever), batch by batch.
+
+        Stops early when ``done()`` is true after a batch. Returns whether it did.
+        See NOTE [ visibility under the virtual timer ] in the module docstring.
+        """
+        clock = self.clock
+        with self._lock:
+            while True:
+                while not (self._stopping or self._quiescent()):
+                    self._host.wait()
+                if self._stopping:
+                    while not self._ended:
+                        self._host.wait()
+                    return done()
+                self._commit()
+                if done():
+                    return True
+                due = self._next_due()
+                if until is not None and due > until:
+                    clock.virtual_now = max(clock.virtual_now, until)
+                    return False
+                if due == math.inf:
+                    raise MujouInternalError("internal error in Mujou - no node is scheduled")
+                clock.virtual_now = due
+                self._wake_all()
+
+    def _quiescent(self) -> bool:
+        now = self.clock.virtual_now
+        return self._busy == 0 and not self._pending and self._next_due() > now
+
+    def _next_due(self) -> float:
+        due = self._heap.next_due()
+        for slot in self._dedicated:
+            if not slot.busy and not slot.stopped:
+                due = min(due, slot.due)
+        return due
+
+    def _commit(self) -> None:
+        staged, self._staged = self._staged, []
+        for port, message in staged:
+            port._publish(message)
+
+    def publish(self, port: _Port, message: torch.Tensor) -> None:
+        """Make ``message`` the port's latest: now, or at the end of the batch (virtual timer)."""
+        if self.clock.virtual:
+            self._staged.append((port, message))
+        else:
+            port._publish(message)
+
+    def host_write(self, port: Input, message: torch.Tensor) -> None:
+        """The host's message: visible to the updates that start after this returns.
+
+        No lock: publishing replaces one reference, and under the virtual timer the host
+        writes only between batches, when no hook runs.
+        """
+        port._publish(message)
+
+    def _wake_all(self) -> None:
+        self._work.notify_all()
+        for slot in self._dedicated:
+            assert slot.cond is not None
+            slot.cond.notify()
+
+    # -- stopping --------------------------------------------------------------------------
+
+    def _begin_stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self._heap.clear()
+        # Start and restore jobs not begun are dropped: those nodes never started.
+        kept = [(slot, job) for slot, job in self._jobs if job.kind not in (START, RESTORE)]
+        self._pending -= len(self._jobs) - len(kept)
+        self._jobs = deque(kept)
+        for slot in self._dedicated:
+            kept_jobs = [job for job in slot.jobs if job.kind not in (START, RESTORE)]
+            self._pending -= len(slot.jobs) - len(kept_jobs)
+            slot.jobs = deque(kept_jobs)
+        for slot in self.slots:
+            self._queue_stop(slot)
+        self._wake_all()
+        self._host.notify_all()
+
+    def _queue_stop(self, slot: Slot) -> None:
+        if slot.busy or not slot.started or slot.stop_queued:
+            return
+        slot.stop_queued = True
+        if not slot.dedicated:
+            self._worker_stops += 1
+        self._queue(slot, Job(STOP))
+
+    def _fail(self, slot: Slot, hook: str, at: float, exc: BaseException) -> None:
+        if self.error is None:
+            error = HookError(slot.name, hook, at, exc)
+            error.__cause__ = exc
+            self.error = error
+        self._begin_stop()
+
+    def _thread_exited(self) -> None:
+        self._alive -= 1
+        if self._alive == 0:
+            self.end_time = self.clock.now()
+            self._ended = True
+            for slot in self.slots:
+                slot.core.engine = None
+            self._host.notify_all()
+            wakers, self._wakers = self._wakers, []
+            for waker in wakers:
+                waker()
+
+    # -- the threads' side -----------------------------------------------------------------
+
+    def _worker_main(self) -> None:
+        finished: Slot | None = None
+        while True:
+            with self._lock:
+                if finished is not None:
+                    self._finish_update(finished)
+                    finished = None
+                slot, job, start = self._next_for_worker()
+                if slot is None:
+                    self._thread_exited()
+                    return
+            if job is None:
+                self._update(slot, start)
+                finished = slot
+            else:
+                self._run_job(slot, job)
+                with self._lock:
+                    self._finish_job(slot, job)
+            del slot, job  # drop the references while idle, as concurrent.futures does
+
+    def _next_for_worker(self) -> tuple[Slot | None, Job | None, float]:
+        """With the lock held, wait for the next thing a worker does; (None, ...) to exit."""
+        while True:
+            if self._jobs:
+                slot, job = self._jobs.popleft()
+                slot.busy = True
+                return slot, job, 0.0
+            if self._stopping:
+                # A worker node still in a hook (a start, or the state thread's state_dict)
+                # may yet need its on_stop run by a worker: stay until none is.
+                if self._worker_stops == 0 and not any(
+                    slot.busy for slot in self.slots if not slot.dedicated
+                ):
+                    return None, None, 0.0
+                self._work.wait()
+                continue
+            timeout: float | None = None
+            if self._running and not self._paused:
+                now = self.clock.now()
+                index = self._heap.pop_due(now)
+                if index >= 0:
+                    slot = self.slots[index]
+                    slot.busy = True
+                    self._busy += 1
+                    return slot, None, now
+                due = self._heap.next_due()
+                if not self.clock.virtual and due != math.inf:
+                    timeout = self.clock.real_seconds(due - now)
+            self._work.wait(timeout)
+
+    def _dedicated_main(self, slot: Slot) -> None:
+        finished = False
+        while True:
+            with self._lock:
+                if finished:
+                    self._finish_update(slot)
+                    finished = False
+                job, start, leave = self._next_for_dedicated(slot)
+                if leave:
+                    self._thread_exited()
+                    return
+            if job is None:
+                self._update(slot, start)
+                finished = True
+            else:
+                self._run_job(slot, job)
+                with self._lock:
+                    self._finish_job(slot, job)
+            del job
+
+    def _next_for_dedicated(self, slot: Slot) -> tuple[Job | None, float, bool]:
+        """With the lock held, wait for the node's next hook; (..., True) to exit."""
+        assert slot.cond is not None
+        while True:
+            if slot.jobs:
+                slot.busy = True
+                return slot.jobs.popleft(), 0.0, False
+            if self._stopping:
+                if slot.stopped or not slot.started:
+                    return None, 0.0, True
+                slot.cond.wait()
+                continue
+            timeout: float | None = None
+            if self._running and not self._paused:
+                now = self.clock.now()
+                due = slot.due
+                if due <= now:
+                    slot.busy = True
+                    self._busy += 1
+                    return None, now, False
+                if not self.clock.virtual:
+                    timeout = self.clock.real_seconds(due - now)
+            slot.cond.wait(timeout)
+
+    def _finish_update(self, slot: Slot) -> None:
+        slot.busy = False
+        self._busy -= 1
+        if self._stopping:
+            self._queue_stop(slot)
+            self._work.notify_all()
+        elif not slot.dedicated:
+            self._heap.push(slot.due, slot.index)
+        if self._busy == 0 and (self.clock.virtual or self._paused):
+            self._host.notify_all()
+
+    def _finish_job(self, slot: Slot, job: Job) -> None:
+        slot.busy = False
+        if job.kind == START:
+            slot.started = job.error is None
+        elif job.kind == STOP:
+            slot.stopped = True
+            if not slot.dedicated:
+                self._worker_stops -= 1
+                if self._worker_stops == 0:
+                    self._work.notify_all()
+        if self._stopping:
+            self._queue_stop(slot)
+            self._work.notify_all()
+        if job.kind != STOP:
+            self._pending -= 1
+            if self._pending == 0:
+                self._host.notify_all()
+
+    def _update(self, slot: Slot, start: float) -> None:
+        """One update of ``slot``'s node that started at ``start`` (no lock held)."""
+        lateness = start - slot.due
+        dt = start - slot.last
+        slot.last = start
+        slot.slot, skipped = next_slot(slot.slot, slot.period, start)
+        slot.updates += 1
+        slot.skipped += skipped
+        slot.max_lateness = max(slot.max_lateness, lateness)
+        _, exc = self._call(slot, "on_update", slot.node.on_update, dt)
+        if exc is not None:
+            with self._lock:
+                self._fail(slot, "on_update", start, exc)
+
+    def _run_job(self, slot: Slot, job: Job) -> None:
+        node = slot.node
+        hook = _HOOK_OF_JOB[job.kind]
+        if job.kind == START:
+            _, job.error = self._call(slot, hook, node.on_start)
+        elif job.kind == RESTORE:
+            _, job.error = self._call(slot, hook, node.load_state_dict, job.arg)
+        elif job.kind == STATE:
+            job.result, job.error = self._call(slot, hook, node.state_dict)
+        else:
+            _, job.error = self._call(slot, hook, node.on_stop)
+        if job.error is not None and job.kind != RESTORE:
+            with self._lock:
+                self._fail(slot, hook, self.clock.now(), job.error)
+
+    def _call(
+        self, slot: Slot, hook: str, fn: Callable[..., Any], *args: Any
+    ) -> tuple[Any, BaseException | None]:
+        """The only place hooks are called: in the node's context, with the checks around it."""
+        core = slot.core
+        core.hook_thread = threading.get_ident()
+        grad = torch.is_grad_enabled()
+        inference = torch.is_inference_mode_enabled()
+        seed = torch.initial_seed()
+        began = time.perf_counter()
+        try:
+            result = core.context.run(fn, *args)
+            if core.reads:
+                _check_reads(slot, hook)
+            return result, None
+        except BaseException as exc:
+            return None, exc
+        finally:
+            slot.busy_seconds += time.perf_counter() - began
+            core.hook_thread = 0
+            core.reads.clear()
+            if torch.is_grad_enabled() != grad:
+                self._warn_setting(slot, hook, "grad mode (torch.is_grad_enabled())")
+            if torch.is_inference_mode_enabled() != inference:
+                self._warn_setting(slot, hook, "inference mode (torch.is_inference_mode_enabled())")
+            if torch.initial_seed() != seed and "seed" not in slot.warned:
+                slot.warned.add("seed")
+                self._warnings.append(
+                    (
+                        GlobalRandomWarning,
+                        f"node {slot.name!r} called torch.manual_seed in {hook}: that reseeds the "
+                        "generator every node shares; draw from self.generator instead "
+                        "(seeded with Node(seed=...))",
+                    )
+                )
+
+    def _warn_setting(self, slot: Slot, hook: str, setting: str) -> None:
+        if setting in slot.warned:
+            return
+        slot.warned.add(setting)
+        self._warnings.append(
+            (
+                LeakedSettingWarning,
+                f"node {slot.name!r} returned from {hook} with {setting} changed; the next node on "
+                "this thread inherits it: keep such settings inside a with block in the hook "
+                "(with torch.no_grad(): ...)",
+            )
+        )
+
+
+def _check_reads(slot: Slot, hook: str) -> None:
+    for port, message, version in slot.core.reads:
+        if message._version != version:
+            raise RuntimeError(
+                f"node {slot.name!r} changed in place, in {hook}, a message it read from "
+                f"{port.name!r}; messages are shared with the other readers and read-only: "
+                "clone it first (message.clone())"
+            )
