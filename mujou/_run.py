@@ -76,17 +76,7 @@ def run(
     on_workers = sum(1 for node in nodes if not node.dedicated_thread)
     if workers is None:
         workers = default_workers(on_workers, cpus=usable_cpus(), gil=gil_enabled())
-    threads = workers + len(nodes) - on_workers
-    cores = physical_cores()
-    if threads * torch.get_num_threads() > cores:
-        warnings.warn(
-            f"this run computes on {threads} thread(s) ({workers} worker(s) and "
-            f"{len(nodes) - on_workers} dedicated), and torch uses {torch.get_num_threads()} "
-            f"thread(s) for each, more than the {cores} physical core(s) this process may use; "
-            "call torch.set_num_threads(1) before mujou.run, or run fewer workers",
-            OversubscriptionWarning,
-            stacklevel=2,
-        )
+    _warn_oversubscription(workers, len(nodes) - on_workers)
     engine = Engine(nodes, workers, Clock(timer, 0.0))
     restore: list[Any] | None = None
     meta: dict[str, Any] = {}
@@ -108,6 +98,25 @@ def run(
     handle = Run.__new__(Run)
     handle._setup(net, engine)
     return handle
+
+
+def _warn_oversubscription(workers: int, dedicated: int) -> None:
+    """Warn when the run's threads times torch's threads exceed the physical cores (settings.*)."""
+    threads, per_thread, cores = workers + dedicated, torch.get_num_threads(), physical_cores()
+    if threads * per_thread <= cores:
+        return
+    fix = (
+        "call torch.set_num_threads(1) before mujou.run, or run fewer workers"
+        if per_thread > 1
+        else "run fewer workers (mujou.run(net, workers=n)) or fewer dedicated threads"
+    )
+    warnings.warn(
+        f"this run computes on {threads} thread(s) ({workers} worker(s) and {dedicated} "
+        f"dedicated), and torch uses {per_thread} thread(s) for each: more than the {cores} "
+        f"physical core(s) this process may use; {fix}",
+        OversubscriptionWarning,
+        stacklevel=3,
+    )
 
 
 def _check_net(net: Net, nodes: list[Node]) -> None:
