@@ -32,8 +32,8 @@ def affinity_cpus() -> set[int]:
 def parse_cpu_max(text: str) -> int | None:
     """The CPU count a cgroup v2 ``cpu.max`` line allows ("max 100000" → None, "150000 100000" → 2)."""
     fields = text.split()
-    if len(fields) != 2 or fields[0] == "max":
-        return None
+    if len(fields) != 2 or not (fields[0].isdigit() and fields[1].isdigit()):
+        return None  # "max" (no quota) or a line this parser does not know
     quota, period = int(fields[0]), int(fields[1])
     if quota <= 0 or period <= 0:
         return None
