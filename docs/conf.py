@@ -1,0 +1,74 @@
+"""Sphinx configuration of the Mujou spec site, built once per language.
+
+The source folder is the spec of one language and selects it; ``language`` must agree::
+
+    sphinx-build -nW --keep-going -b html -c docs spec/en docs/_build/en
+    sphinx-build -nW --keep-going -b html -c docs -D language=ja spec/ja docs/_build/ja
+
+Each build links to the same page of the other one (``../ja/...`` from ``../en/...``), so
+keep the two output folders side by side.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+from sphinx.application import Sphinx
+from sphinx.config import Config
+from sphinx.errors import ConfigError
+
+DOCS = Path(__file__).resolve().parent
+REPO = DOCS.parent
+sys.path[:0] = [str(DOCS / "_ext"), str(REPO / "conformance" / "meta")]
+
+LANGUAGES = {"en": "English", "ja": "日本語"}
+TITLES = {"en": "Mujou specification", "ja": "Mujou 仕様"}
+
+with (REPO / "pyproject.toml").open("rb") as file:
+    release = tomllib.load(file)["project"]["version"]
+version = release
+
+project = "Mujou"
+author = "The Mujou authors"
+copyright = "the Mujou authors"
+language = "en"
+
+extensions = ["myst_parser", "mujou_rules"]
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+myst_enable_extensions = ["colon_fence", "deflist"]
+nitpicky = True
+
+html_theme = "alabaster"
+html_static_path = [str(DOCS / "_static")]
+templates_path = [str(DOCS / "_templates")]
+html_css_files = ["mujou.css"]
+html_sidebars = {
+    "**": ["about.html", "navigation.html", "relations.html", "mujou-languages.html", "searchbox.html"]
+}
+html_theme_options = {"description": "", "fixed_sidebar": True}
+html_show_sourcelink = False
+
+
+def _select_language(app: Sphinx, config: Config) -> None:
+    """Check that the source folder and ``language`` name the same spec; set the titles."""
+    lang = Path(app.srcdir).name
+    if lang not in LANGUAGES or config.language != lang:
+        wanted = "" if lang == "en" else f" -D language={lang}"
+        raise ConfigError(
+            f"the source folder {str(app.srcdir)!r} and language={config.language!r} disagree: "
+            f"build spec/<lang> with -D language=<lang>, e.g. "
+            f"sphinx-build -c docs{wanted} spec/{lang if lang in LANGUAGES else 'ja'} ..."
+        )
+    config.html_title = f"{TITLES[lang]} {release}"
+    config.html_short_title = TITLES[lang]
+    config.html_context = {
+        **config.html_context,
+        "mujou_languages": [(code, name, code == lang) for code, name in LANGUAGES.items()],
+    }
+
+
+def setup(app: Sphinx) -> None:
+    app.connect("config-inited", _select_language)
