@@ -296,30 +296,32 @@ def parse_test_file(path: Path) -> tuple[list[Citation], list[str]]:
                 keys.append(key)
         return keys
 
-    def visit(body: list[ast.stmt], prefix: str, inherited: list[tuple[int, int]]) -> None:
+    def visit(body: list[ast.stmt], prefix: str, inherited: list[tuple[int, int]], collected: bool) -> None:
+        """Walk a module or class body; ``collected``: whether pytest collects its tests."""
         marks_here = inherited + note(_pytestmark(body))
         for statement in body:
             if isinstance(statement, ast.ClassDef):
                 own = note(statement.decorator_list)
-                collected = statement.name.startswith("Test")
-                if own and not collected:
+                is_test_class = collected and statement.name.startswith("Test")
+                if own and not is_test_class:
                     problems.append(
                         f"{module_id}:{statement.lineno}: class {statement.name!r} cites rules "
                         "but pytest does not collect it (its name must start with 'Test')"
                     )
-                visit(statement.body, f"{prefix}{statement.name}::", marks_here + own)
+                visit(statement.body, f"{prefix}{statement.name}::", marks_here + own, is_test_class)
             elif isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
                 own = note(statement.decorator_list)
-                if statement.name.startswith("test"):
+                if collected and statement.name.startswith("test"):
                     for key in marks_here + own:
                         applies[key].append(f"{module_id}::{prefix}{statement.name}")
                 elif own:
                     problems.append(
-                        f"{module_id}:{statement.lineno}: {statement.name!r} cites rules but "
-                        "is not a test (its name must start with 'test')"
+                        f"{module_id}:{statement.lineno}: {prefix}{statement.name} cites rules "
+                        "but pytest does not collect it as a test (a function or method whose "
+                        "name starts with 'test', in the module or in a class named 'Test...')"
                     )
 
-    visit(tree.body, "", [])
+    visit(tree.body, "", [], collected=True)
     # Marks outside the places above (e.g. in a helper's body) still count for "IDs exist".
     for call in _rule_calls(tree):
         key = (call.lineno, call.col_offset)

@@ -19,7 +19,7 @@ from pathlib import Path
 if __package__:  # python -m conformance.meta.rules_report: _rules is beside this file
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _rules import LANGUAGES, SPEC_DIR, Rule, Spec, Citations, load_spec, load_tests
+from _rules import LANGUAGES, SPEC_DIR, Citations, Rule, Spec, load_spec, load_tests
 
 RULES_JSON = SPEC_DIR / "rules.json"
 RULES_JSON_VERSION = 1

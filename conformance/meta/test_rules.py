@@ -18,8 +18,8 @@ from _rules import (
     RULE_ID,
     SPEC_DIR,
     UNTESTED_ALLOWED_PREFIXES,
-    Spec,
     Citations,
+    Spec,
     load_spec,
     load_tests,
 )
