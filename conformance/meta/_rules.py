@@ -55,8 +55,8 @@ class Rule:
 
     @property
     def sha256(self) -> str:
-        """The checksum of the rule text, which changes when the text does."""
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+        """The checksum of the rule text, which changes when the words do (not the wrapping)."""
+        return hashlib.sha256(" ".join(self.text.split()).encode("utf-8")).hexdigest()
 
     @property
     def location(self) -> str:
