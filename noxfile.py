@@ -57,7 +57,7 @@ def docs(session: nox.Session) -> None:
             "-D",
             f"language={language}",
             f"spec/{language}",
-            f"docs/_build/html/{language}",
+            f"docs/_build/{language}",
         )
 
 
