@@ -80,14 +80,14 @@ def keep_global_rng() -> Iterator[None]:
 
 def leaked(node: str, hook: str, setting: str) -> str:
     """The anchored pattern of a LeakedSettingWarning."""
-    what = {
-        "grad": r"grad mode \(torch\.is_grad_enabled\(\)\)",
-        "inference": r"inference mode \(torch\.is_inference_mode_enabled\(\)\)",
+    what, fix = {
+        "grad": ("grad mode", r"torch\.no_grad\(\)"),
+        "inference": ("inference mode", r"torch\.inference_mode\(\)"),
     }[setting]
     return (
         rf"^node '{re.escape(node)}' returned from {hook} with {what} changed; the next node on "
         r"this thread inherits it: keep such settings inside a with block in the hook "
-        r"\(with torch\.no_grad\(\): \.\.\.\)$"
+        rf"\(with {fix}: \.\.\.\)$"
     )
 
 
@@ -165,7 +165,8 @@ def test_run_calls_from_hooks_raise(call: str, hook: str, dedicated: bool) -> No
     outcome = caller.outcome
     assert isinstance(outcome, RuntimeError), outcome
     assert re.search(
-        rf"^run\.{call}\(\) cannot be called from a hook: it would wait for the node itself$",
+        rf"^run\.{call}\(\) cannot be called from a hook of node '{caller.name}' \({hook}\): "
+        r"it would wait for the node itself$",
         str(outcome),
     ), str(outcome)
 

@@ -10,9 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-_CGROUP_V2_MAX = Path("/sys/fs/cgroup/cpu.max")
-_CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
-_CGROUP_V1_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+_PROC_CGROUP = Path("/proc/self/cgroup")
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
 _TOPOLOGY = Path("/sys/devices/system/cpu")
 
 
@@ -40,18 +39,45 @@ def parse_cpu_max(text: str) -> int | None:
     return max(1, math.ceil(quota / period))
 
 
-def quota_cpus() -> int | None:
-    """The CPUs a cgroup CPU quota allows (v2, then v1), or None without a quota."""
+def _cgroup_dirs() -> list[Path]:
+    """The process's cgroup folders (v2 and v1 cpu), each followed by its ancestors."""
     try:
-        return parse_cpu_max(_CGROUP_V2_MAX.read_text())
+        lines = _PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        lines = []
+    found: list[Path] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            base = _CGROUP_ROOT
+        elif "cpu" in controllers.split(","):
+            base = _CGROUP_ROOT / controllers
+            if not base.exists():
+                base = _CGROUP_ROOT / "cpu"
+        else:
+            continue
+        parts = [part for part in path.strip("/").split("/") if part]
+        found += [base.joinpath(*parts[:depth]) for depth in range(len(parts), -1, -1)]
+    return found
+
+
+def _quota_in(folder: Path) -> int | None:
+    try:
+        return parse_cpu_max((folder / "cpu.max").read_text())
     except (OSError, ValueError):
         pass
     try:
-        quota = int(_CGROUP_V1_QUOTA.read_text())
-        period = int(_CGROUP_V1_PERIOD.read_text())
-    except (OSError, ValueError):
+        quota = (folder / "cpu.cfs_quota_us").read_text().strip()
+        period = (folder / "cpu.cfs_period_us").read_text().strip()
+    except OSError:
         return None
-    return parse_cpu_max(f"{quota} {period}") if quota > 0 else None
+    return parse_cpu_max(f"{quota} {period}")
+
+
+def quota_cpus() -> int | None:
+    """The CPUs the tightest cgroup CPU quota over this process allows, or None without one."""
+    quotas = [quota for folder in _cgroup_dirs() if (quota := _quota_in(folder)) is not None]
+    return min(quotas) if quotas else None
 
 
 def usable_cpus() -> int:

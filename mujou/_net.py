@@ -121,7 +121,11 @@ class Net:
         if not isinstance(output, Output):
             raise TypeError(
                 f"connect(output, input) takes an Output first, got {_kind(output)}"
-                + (" (the arguments are swapped)" if isinstance(output, Input) else "")
+                + (
+                    " (the arguments are swapped)"
+                    if isinstance(output, Input) and isinstance(input, Output)
+                    else ""
+                )
             )
         if not isinstance(input, Input):
             raise TypeError(f"connect(output, input) takes an Input second, got {_kind(input)}")

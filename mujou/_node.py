@@ -15,6 +15,7 @@ from ._ports import Input, _Port
 from ._state import cpu_copy, is_stateful, load_errors_message
 
 if TYPE_CHECKING:
+    from ._cuda import NodeStreams
     from ._net import Net
     from ._workers import Engine
 
@@ -52,6 +53,7 @@ class NodeCore:
         "ports",
         "reads",
         "seed",
+        "streams",
     )
 
     def __init__(
@@ -75,6 +77,7 @@ class NodeCore:
         self.hook_thread = 0  # the thread running a hook of this node now, else 0
         self.reads: list[tuple[Input, torch.Tensor, int]] = []
         self.engine: Engine | None = None
+        self.streams: NodeStreams | None = None  # set for the run when the node touches CUDA
 
 
 def _check_period(period: object) -> float:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ._routing import Route
+
 if TYPE_CHECKING:
     from ._node import Node
 
@@ -86,7 +88,8 @@ class _Port:
         self._watchers = (*self._watchers, watcher)
 
     def _remove_watcher(self, watcher: Watcher) -> None:
-        self._watchers = tuple(w for w in self._watchers if w is not watcher)
+        # ==, not is: a bound method is a new object each time it is read.
+        self._watchers = tuple(w for w in self._watchers if w != watcher)
 
     def _check_hook_thread(self, verb: str) -> Node:
         node = self.node
@@ -108,11 +111,12 @@ class Output(_Port):
     Declare it on the node class: ``y = Output()``. See :ref:`ports.declare`.
     """
 
-    __slots__ = ("_readers",)
+    __slots__ = ("_readers", "_route")
 
     def __init__(self) -> None:
         super().__init__()
         self._readers: list[Input] = []
+        self._route = Route.HOST  # planned when a run starts
 
     def __get__(self, node: object, owner: type | None = None) -> Output:
         if node is None:
@@ -125,6 +129,7 @@ class Output(_Port):
         port = super()._bound_copy(node)
         assert isinstance(port, Output)
         port._readers = []
+        port._route = Route.HOST
         return port
 
     def send(self, value: torch.Tensor) -> None:
@@ -139,9 +144,19 @@ class Output(_Port):
         node = self._check_hook_thread("send")
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"port {self.name!r} sends torch.Tensor messages, got {type(value).__name__}")
-        engine = node._mujou.engine
+        core = node._mujou
+        engine = core.engine
         assert engine is not None, "a node in a hook is in a run"
-        engine.publish(self, value.detach().clone())
+        value = value.detach()
+        if self._route is Route.DEVICE and value.device == core.device:
+            # cuda.send-stays-on-device: copied on the node's stream, which is waited for
+            # before any reader can see the copy.
+            assert core.streams is not None and core.streams.stream is not None
+            message = value.clone()
+            core.streams.stream.synchronize()
+        else:
+            message = value.to("cpu", copy=True)  # cuda.host-memory-route
+        engine.publish(self, message)
 
 
 class Input(_Port):
@@ -199,7 +214,13 @@ class Input(_Port):
         if message is None:
             return None
         core = node._mujou
-        if message.device != core.device:
-            return message.to(core.device)
-        core.reads.append((self, message, message._version))
-        return message
+        if message.device == core.device:
+            if core.streams is not None and core.streams.stream is not None:
+                # The reader's kernels use the sender's memory: keep it from being reused
+                # before they are done.
+                message.record_stream(core.streams.stream)
+            core.reads.append((self, message, message._version))
+            return message
+        if message.is_cuda and core.streams is not None:
+            return core.streams.copy_in(message)  # cuda.copy-stream, cuda.device-to-device
+        return message.to(core.device)

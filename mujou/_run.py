@@ -16,6 +16,7 @@ from typing import Any, final
 import torch
 
 from ._cpus import default_workers, gil_enabled, physical_cores, usable_cpus
+from ._cuda import host_to_node
 from ._errors import HookError, OversubscriptionWarning
 from ._net import Net
 from ._node import Node
@@ -131,15 +132,23 @@ def _check_net(net: Net, nodes: list[Node]) -> None:
                 source = port.source
                 if source is not None and id(source.node) not in members:
                     raise ValueError(
-                        f"input {port.name!r} is connected to {source.name!r}, whose node is not in this net"
+                        f"input {port.name!r} is connected to {_outsider(source)}, "
+                        "whose node is not in this net"
                     )
             elif isinstance(port, Output):
                 for reader in port._readers:
                     if id(reader.node) not in members:
                         raise ValueError(
-                            f"output {port.name!r} is connected to {reader.name!r}, "
+                            f"output {port.name!r} is connected to {_outsider(reader)}, "
                             "whose node is not in this net"
                         )
+
+
+def _outsider(port: _Port) -> str:
+    """A port of a node outside the net: its name, or its class and attribute when it has none."""
+    node = port.node
+    where = repr(port.name) if node.name else f"{type(node).__name__}.{port._attr} (in no net)"
+    return f"{type(port).__name__.lower()} {where}"
 
 
 def _check_inputs(
@@ -181,7 +190,7 @@ def _check_inputs(
 
 def _host_message(port: Input, message: torch.Tensor) -> torch.Tensor:
     """The host's snapshot of ``message`` for ``port``, on the port's node's device."""
-    return message.detach().to(port.node.device, copy=True)
+    return host_to_node(message, port.node.device)
 
 
 def _sync_host_streams(nodes: list[Node]) -> None:
@@ -245,8 +254,9 @@ class Run:
     def _host_call(self, what: str) -> None:
         """Refuse calls that wait, from a hook (rules.no-run-calls-in-hooks); flush warnings."""
         if in_hook_thread():
+            where = self._engine.hook_of_this_thread()
             raise RuntimeError(
-                f"run.{what}() cannot be called from a hook: it would wait for the node itself"
+                f"run.{what}() cannot be called from a hook{where}: it would wait for the node itself"
             )
         self._engine.flush_warnings(stacklevel=3)
 
@@ -271,6 +281,8 @@ class Run:
 
     def read(self, port: Input | Output) -> torch.Tensor | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
+        if not in_hook_thread():
+            self._engine.flush_warnings(stacklevel=2)
         checked = self._port(port)
         message = checked._message() if isinstance(checked, Input) else checked._latest
         return None if message is None else message.to("cpu", copy=True)
@@ -349,6 +361,7 @@ class Run:
             return bool(found) or matches(source._latest)
 
         engine = self._engine
+        engine.raise_error()
         if latest_matches():
             return found[0]
         self._live("wait_for")
@@ -462,6 +475,8 @@ class Run:
 
     def stats(self) -> RunStats:
         """The run's counters: time, workers, and per node updates, skips, lateness, busy time."""
+        if not in_hook_thread():
+            self._engine.flush_warnings(stacklevel=2)
         return RunStats(
             time=self.time,
             workers=self._engine.workers,

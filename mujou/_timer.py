@@ -66,7 +66,7 @@ class Clock:
         self.virtual = timer.virtual
         self.scale = timer.scale if isinstance(timer, RealTimeTimer) else 1.0
         self._origin = origin
-        self._start = time.monotonic()
+        self._start: float | None = None  # real time does not count before the timer starts
         self.virtual_now = origin
 
     def start(self) -> None:
@@ -74,8 +74,8 @@ class Clock:
         self._start = time.monotonic()
 
     def now(self) -> float:
-        """The timer time in seconds."""
-        if self.virtual:
+        """The timer time in seconds: the origin until the timer starts."""
+        if self.virtual or self._start is None:
             return self.virtual_now
         return self._origin + (time.monotonic() - self._start) * self.scale
 

@@ -19,6 +19,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextvars
 import math
 import threading
 import time
@@ -29,7 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._cuda import NodeStreams
 from ._errors import GlobalRandomWarning, HookError, LeakedSettingWarning, MujouInternalError
+from ._ports import Output
+from ._routing import OutputSpec, plan_routes
 from ._schedule import DueHeap, due_time, next_slot
 from ._timer import Clock
 
@@ -136,6 +140,8 @@ class Engine:
         self._wakers: list[Callable[[], None]] = []  # called once when the run ends
         self.error: HookError | None = None
         self.end_time = 0.0
+        self._active: dict[int, tuple[Slot, str]] = {}  # the hooks running now, by thread
+        self._seen_seed = torch.initial_seed()
         self._warnings: list[tuple[type[Warning], str]] = []
         self.workers = workers
         self._threads: list[threading.Thread] = [
@@ -160,8 +166,25 @@ class Engine:
 
         Raises the HookError of a failed on_start after stopping the started nodes.
         """
-        for node_slot in self.slots:
-            node_slot.core.engine = self
+        plan = plan_routes(
+            {slot.name: slot.core.device for slot in self.slots},
+            [
+                OutputSpec(port.name, slot.name, tuple(reader.node.name for reader in port._readers))
+                for slot in self.slots
+                for port in slot.core.ports.values()
+                if isinstance(port, Output)
+            ],
+        )
+        for slot in self.slots:
+            core = slot.core
+            core.engine = self
+            core.context = contextvars.Context()  # empty at the start of each run (threads.context)
+            core.streams = (
+                NodeStreams(core.device, plan, slot.name) if slot.name in plan.touches_cuda else None
+            )
+            for port in core.ports.values():
+                if isinstance(port, Output):
+                    port._route = plan.routes[port.name]
         for thread in self._threads:
             thread.start()
         self._run_jobs([(slot, Job(START)) for slot in self.slots])
@@ -179,8 +202,7 @@ class Engine:
         """Start the timer: updates begin."""
         with self._lock:
             self.clock.start()
-            for slot in self.slots:
-                slot.last = self.clock.now()
+            for slot in self.slots:  # slot.last is the origin, or the restored start
                 if not slot.dedicated:
                     self._heap.push(slot.due, slot.index)
             self._running = True
@@ -584,38 +606,68 @@ class Engine:
     ) -> tuple[Any, BaseException | None]:
         """The only place hooks are called: in the node's context, with the checks around it."""
         core = slot.core
-        core.hook_thread = threading.get_ident()
+        thread = threading.get_ident()
+        core.hook_thread = thread
+        streams = core.streams
+        if streams is not None:
+            streams.make_current()
+            if hook == "state_dict":
+                streams.wait()  # cuda.wait-state-dict: before, and after below
         grad = torch.is_grad_enabled()
         inference = torch.is_inference_mode_enabled()
-        seed = torch.initial_seed()
+        self._observe_seed(None)
+        self._active[thread] = (slot, hook)
         began = time.perf_counter()
         try:
             result = core.context.run(fn, *args)
             if core.reads:
                 _check_reads(slot, hook)
+            if streams is not None:
+                streams.wait()  # cuda.wait-after-update (and after a restore, and state_dict)
             return result, None
         except BaseException as exc:
             return None, exc
         finally:
             slot.busy_seconds += time.perf_counter() - began
+            del self._active[thread]
             core.hook_thread = 0
             core.reads.clear()
             if torch.is_grad_enabled() != grad:
-                self._warn_setting(slot, hook, "grad mode (torch.is_grad_enabled())")
+                self._warn_setting(slot, hook, "grad mode", "torch.no_grad()")
             if torch.is_inference_mode_enabled() != inference:
-                self._warn_setting(slot, hook, "inference mode (torch.is_inference_mode_enabled())")
-            if torch.initial_seed() != seed and "seed" not in slot.warned:
-                slot.warned.add("seed")
-                self._warnings.append(
-                    (
-                        GlobalRandomWarning,
-                        f"node {slot.name!r} called torch.manual_seed in {hook}: that reseeds the "
-                        "generator every node shares; draw from self.generator instead "
-                        "(seeded with Node(seed=...))",
-                    )
-                )
+                self._warn_setting(slot, hook, "inference mode", "torch.inference_mode()")
+            self._observe_seed((slot, hook))
 
-    def _warn_setting(self, slot: Slot, hook: str, setting: str) -> None:
+    def _observe_seed(self, ended: tuple[Slot, str] | None) -> None:
+        """Notice a change of torch's global seed, and name the hooks that may have made it.
+
+        Called at the start of each hook (``ended`` None) and at its end. A change is pinned
+        on the hook that ends, naming the hooks that ran meanwhile, which may have made it
+        instead; a change first seen at a start while no hook runs was the host's.
+        """
+        seed = torch.initial_seed()
+        if seed == self._seen_seed:
+            return
+        self._seen_seed = seed
+        suspects = [] if ended is None else [ended]
+        suspects += [entry for entry in list(self._active.values()) if entry != ended]
+        if not suspects:
+            return
+        (slot, hook), others = suspects[0], [entry[0].name for entry in suspects[1:]]
+        if "seed" in slot.warned:
+            return
+        slot.warned.add("seed")
+        also = f" (or node {', '.join(map(repr, others))}, whose hook ran meanwhile)" if others else ""
+        self._warnings.append(
+            (
+                GlobalRandomWarning,
+                f"node {slot.name!r}{also} called torch.manual_seed in {hook}: that reseeds the "
+                "generator every node shares; draw from self.generator instead "
+                "(seeded with Node(seed=...))",
+            )
+        )
+
+    def _warn_setting(self, slot: Slot, hook: str, setting: str, fix: str) -> None:
         if setting in slot.warned:
             return
         slot.warned.add(setting)
@@ -624,9 +676,14 @@ class Engine:
                 LeakedSettingWarning,
                 f"node {slot.name!r} returned from {hook} with {setting} changed; the next node on "
                 "this thread inherits it: keep such settings inside a with block in the hook "
-                "(with torch.no_grad(): ...)",
+                f"(with {fix}: ...)",
             )
         )
+
+    def hook_of_this_thread(self) -> str:
+        """ " of node 'NAME' (HOOK)" for the hook the calling thread runs, else ""."""
+        entry = self._active.get(threading.get_ident())
+        return "" if entry is None else f" of node {entry[0].name!r} ({entry[1]})"
 
 
 def _check_reads(slot: Slot, hook: str) -> None:
