@@ -910,7 +910,9 @@ def test_run_rejects_a_connection_outside_the_net() -> None:
     net.connect(src.y, sink.x)
     net.connect(src.y, outsider.x)
     with pytest.raises(
-        ValueError, match=r"^output 'src\.y' is connected to input Sink\.x \(in no net\), whose node is not in this net$"
+        ValueError,
+        match=r"^output 'src\.y' is connected to input Sink\.x \(in no net\), "
+        r"whose node is not in this net$",
     ):
         mujou.run(net, timer=vt())
     # The same net without the outsider's connection runs; run a fresh one to be sure.
@@ -918,7 +920,9 @@ def test_run_rejects_a_connection_outside_the_net() -> None:
     net2 = Bag(src=src2, sink=sink2)
     net2.connect(far.y, sink2.x)
     with pytest.raises(
-        ValueError, match=r"^input 'sink\.x' is connected to output Source\.y \(in no net\), whose node is not in this net$"
+        ValueError,
+        match=r"^input 'sink\.x' is connected to output Source\.y \(in no net\), "
+        r"whose node is not in this net$",
     ):
         mujou.run(net2, timer=vt())
 
