@@ -36,7 +36,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff: lint rules and formatting."""
-    session.install("ruff>=0.5")
+    session.install("ruff==0.17.6")  # pinned: formatting changes between releases
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 

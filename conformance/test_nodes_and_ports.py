@@ -515,9 +515,10 @@ class DoubleReader(Node):
 
     def on_update(self, dt: float) -> None:
         first, second = self.x.read(), self.x.read()
-        self.same.append((first is None and second is None) or (
-            first is not None and second is not None and torch.equal(first, second)
-        ))
+        self.same.append(
+            (first is None and second is None)
+            or (first is not None and second is not None and torch.equal(first, second))
+        )
 
 
 @pytest.mark.rule("ports.read-latest")

@@ -59,8 +59,7 @@ def test_all_is_the_documented_api() -> None:
     names = list(mujou.__all__)
     assert len(names) == len(set(names)), f"duplicates in mujou.__all__: {sorted(names)}"
     assert set(names) == DOCUMENTED_API, (
-        f"missing: {sorted(DOCUMENTED_API - set(names))}, "
-        f"undocumented: {sorted(set(names) - DOCUMENTED_API)}"
+        f"missing: {sorted(DOCUMENTED_API - set(names))}, undocumented: {sorted(set(names) - DOCUMENTED_API)}"
     )
 
 
@@ -97,11 +96,7 @@ def test_submodules_are_private() -> None:
     """> Every other module and name is private and may change."""
     path = getattr(mujou, "__path__", None)
     assert path is not None, "mujou is a package"
-    public = [
-        info.name
-        for info in pkgutil.iter_modules(path)
-        if not info.name.startswith("_")
-    ]
+    public = [info.name for info in pkgutil.iter_modules(path) if not info.name.startswith("_")]
     assert public == [], f"public submodules of mujou: {public}"
     # Importing every private module adds no public name to mujou itself.
     for info in pkgutil.iter_modules(path):
@@ -137,9 +132,7 @@ def test_public_classes_document_their_public_methods() -> None:
 def test_run_has_no_public_constructor(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
     """> `mujou.Run` has no public constructor: `mujou.Run(...)` raises TypeError
     > "mujou.Run has no public constructor; use mujou.run(net)"."""
-    with pytest.raises(
-        TypeError, match=r"^mujou\.Run has no public constructor; use mujou\.run\(net\)$"
-    ):
+    with pytest.raises(TypeError, match=r"^mujou\.Run has no public constructor; use mujou\.run\(net\)$"):
         mujou.Run(*args, **kwargs)
 
 

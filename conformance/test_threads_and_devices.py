@@ -346,9 +346,7 @@ def test_default_workers_from_cpus() -> None:
 
 
 @pytest.mark.rule("threads.default-workers")
-@pytest.mark.parametrize(
-    ("on_workers", "dedicated"), [(1, 0), (1, 3), (2, 2), (0, 2)], ids=str
-)
+@pytest.mark.parametrize(("on_workers", "dedicated"), [(1, 0), (1, 3), (2, 2), (0, 2)], ids=str)
 def test_default_workers_never_exceed_nodes_on_workers(on_workers: int, dedicated: int) -> None:
     """> The default is the number of CPUs the process may use (the logical cores, or fewer when the
     > CPU affinity or a cgroup CPU quota limits them), or half of it (at least 1) while the GIL is
@@ -388,9 +386,7 @@ with mujou.run(Many(), timer=mujou.VirtualTimer()) as run:
 def _workers_in_subprocess(cpus: set[int], env: dict[str, str] | None = None) -> int:
     code = _SUBPROCESS.format(CPUS=sorted(cpus))
     environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT), *filter(None, [environ.get("PYTHONPATH")])]
-    )
+    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [environ.get("PYTHONPATH")])])
     environ.update(env or {})
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -563,9 +559,7 @@ def test_hooks_of_a_node_never_overlap(timer: str) -> None:
     """> The hooks of a node never run at the same time, and each sees what the previous one wrote.
     > Which worker runs a node may change from one hook to the next."""
     virtual = timer == "virtual"
-    nodes = {
-        f"n{i}": Exclusive(0.01 if virtual else 0.001, block=0.0002 * (i % 3)) for i in range(6)
-    }
+    nodes = {f"n{i}": Exclusive(0.01 if virtual else 0.001, block=0.0002 * (i % 3)) for i in range(6)}
     the_timer = vt() if virtual else mujou.RealTimeTimer()
     with mujou.run(Bag(**nodes), timer=the_timer, workers=4) as run:
         if virtual:
@@ -624,9 +618,7 @@ def test_blocking_hook_holds_its_worker() -> None:
 def test_dedicated_node_runs_on_its_own_thread(timer: str) -> None:
     """> A node with `dedicated_thread=True` runs all its hooks, `on_start` included, on one thread
     > of its own, named `mujou-node-NAME` after the node's name, never on a worker."""
-    cam, mic = ThreadRecorder(0.01, dedicated_thread=True), ThreadRecorder(
-        0.01, dedicated_thread=True
-    )
+    cam, mic = ThreadRecorder(0.01, dedicated_thread=True), ThreadRecorder(0.01, dedicated_thread=True)
     worker_node = ThreadRecorder(0.01)
     net = Bag(sensors=Bag(cam=cam, mic=mic), worker_node=worker_node)
     the_timer = vt() if timer == "virtual" else mujou.RealTimeTimer()
@@ -698,8 +690,7 @@ class SeesSettings(Node):
 
     def on_update(self, dt: float) -> None:
         self.seen.append(
-            (getattr(_LOCAL, "value", None), torch.is_autocast_enabled("cpu"),
-             torch.is_grad_enabled())
+            (getattr(_LOCAL, "value", None), torch.is_autocast_enabled("cpu"), torch.is_grad_enabled())
         )
 
 
@@ -982,9 +973,7 @@ INVALID_DEVICES: list[tuple[object, type[Exception]]] = [
 
 
 @pytest.mark.rule("devices.valid")
-@pytest.mark.parametrize(
-    ("device", "error"), INVALID_DEVICES, ids=[repr(d) for d, _ in INVALID_DEVICES]
-)
+@pytest.mark.parametrize(("device", "error"), INVALID_DEVICES, ids=[repr(d) for d, _ in INVALID_DEVICES])
 def test_invalid_devices(device: object, error: type[Exception]) -> None:
     """> `device` is the CPU (`"cpu"`) or a CUDA device, given as a `str` or a `torch.device`; any
     > other, such as `"mps"`, `"meta"`, `"cuda:x"` or a string that names no device, raises
@@ -1148,8 +1137,9 @@ def test_process_wide_settings_are_untouched(timer: str) -> None:
         tree = run.state_dict()
         run.read(c.y)
     assert _process_settings() == before
-    with mujou.run(Bag(a=Busy(1), b=Busy(2), c=Busy(3, dedicated_thread=True)), timer=vt(),
-                   state=tree) as run:
+    with mujou.run(
+        Bag(a=Busy(1), b=Busy(2), c=Busy(3, dedicated_thread=True)), timer=vt(), state=tree
+    ) as run:
         run.sleep(0.5)
     assert _process_settings() == before
 
@@ -1158,9 +1148,7 @@ def test_process_wide_settings_are_untouched(timer: str) -> None:
 # settings.oversubscription-warning
 
 
-def _oversubscription(
-    workers: int, dedicated: int, threads: int
-) -> list[warnings.WarningMessage]:
+def _oversubscription(workers: int, dedicated: int, threads: int) -> list[warnings.WarningMessage]:
     """Start and stop a run; return the OversubscriptionWarnings it issued."""
     torch.set_num_threads(threads)
     members: dict[str, Node | Net] = {f"w{i}": Plain(period=1.0) for i in range(2)}
@@ -1240,14 +1228,10 @@ class NodeSpec:
 
 def random_net_spec(rng: random.Random, virtual: bool) -> list[NodeSpec]:
     count = rng.randint(1, 7)
-    periods = (
-        [0.01, 0.02, 0.03, 0.05, 0.1, 0.125] if virtual else [0.001, 0.002, 0.005, 0.01, 0.02]
-    )
+    periods = [0.01, 0.02, 0.03, 0.05, 0.1, 0.125] if virtual else [0.001, 0.002, 0.005, 0.01, 0.02]
     specs = []
     for _ in range(count):
-        sources = tuple(
-            rng.randrange(count) if rng.random() < 0.6 else None for _ in range(2)
-        )
+        sources = tuple(rng.randrange(count) if rng.random() < 0.6 else None for _ in range(2))
         specs.append(
             NodeSpec(
                 period=rng.choice(periods),
@@ -1290,8 +1274,7 @@ class PropNode(Node):
             self.problems.append(f"{hook} before on_start")
         if self.count != len(self.hooks) or float(self.total) != len(self.hooks):
             self.problems.append(
-                f"{hook} saw count={self.count} total={float(self.total)} "
-                f"after {len(self.hooks)} hooks"
+                f"{hook} saw count={self.count} total={float(self.total)} after {len(self.hooks)} hooks"
             )
         self.hooks.append(hook)
         self.threads.add((threading.get_ident(), threading.current_thread().name))
