@@ -981,7 +981,7 @@ class StatsNet(Net):
 def test_stats_is_a_frozen_snapshot() -> None:
     """> `run.stats()` returns a frozen RunStats: time, workers (the number of worker
     threads), nodes (a mapping from node name to NodeStats with updates, skipped,
-    max_lateness, busy seconds)."""
+    lateness_max, busy seconds)."""
     net = StatsNet()
     with mujou.run(net, workers=2, timer=mujou.VirtualTimer()) as run:
         run.sleep(1.0)
@@ -993,8 +993,8 @@ def test_stats_is_a_frozen_snapshot() -> None:
     assert set(stats.nodes) == {"tick", "arm.joint"}
     tick, joint = stats.nodes["tick"], stats.nodes["arm.joint"]
     assert isinstance(tick, mujou.NodeStats)
-    assert (tick.updates, tick.skipped, tick.max_lateness) == (4, 0, 0.0)
-    assert (joint.updates, joint.skipped, joint.max_lateness) == (8, 0, 0.0)
+    assert (tick.updates, tick.skipped, tick.lateness_max) == (4, 0, 0.0)
+    assert (joint.updates, joint.skipped, joint.lateness_max) == (8, 0, 0.0)
     assert tick.busy >= 0.0 and joint.busy >= 0.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         stats.time = 2.0  # type: ignore[misc]

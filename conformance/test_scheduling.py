@@ -291,7 +291,7 @@ def test_max_lateness_is_start_minus_due() -> None:
     lateness = [s - d for s, d in zip(starts, dues, strict=True)]
     assert min(lateness) >= -1e-9, lateness
     assert max(lateness) >= 9 * period, lateness
-    assert stats.max_lateness == pytest.approx(max(lateness), abs=period / 4), (stats, lateness)
+    assert stats.lateness_max == pytest.approx(max(lateness), abs=period / 4), (stats, lateness)
 
 
 @pytest.mark.rule("sched.lateness")
@@ -303,8 +303,8 @@ def test_no_lateness_under_virtual_timer() -> None:
     with mujou.run(net, workers=2, timer=mujou.VirtualTimer()) as run:
         run.sleep(2.0)
         stats = run.stats()
-    assert stats.nodes["p"].max_lateness == 0.0
-    assert stats.nodes["q"].max_lateness == 0.0
+    assert stats.nodes["p"].lateness_max == 0.0
+    assert stats.nodes["q"].lateness_max == 0.0
     assert stats.nodes["p"].skipped == stats.nodes["q"].skipped == 0
 
 

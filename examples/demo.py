@@ -86,7 +86,7 @@ def show(run: mujou.Run, net: Robot) -> None:
     stats = run.stats()
     position = run.read(net.controller.output)
     counts = ", ".join(f"{name} {node.updates}" for name, node in stats.nodes.items())
-    late = max(node.max_lateness for node in stats.nodes.values())
+    late = max(node.lateness_max for node in stats.nodes.values())
     where = "-" if position is None else ", ".join(f"{value:+.3f}" for value in position.tolist())
     print(f"t={run.time:5.2f} s  position [{where}]  updates: {counts}  worst lateness {late * 1e3:.1f} ms")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -21,10 +23,12 @@ from ._errors import HookError, OversubscriptionWarning
 from ._net import Net
 from ._node import Node
 from ._ports import Input, Output, _Port
+from ._progress import Progress
 from ._schedule import first_slot_at_or_after
-from ._stats import NodeStats, RunStats
+from ._stats import NodeStats, RunStats, percentile
 from ._subscription import Subscription
 from ._timer import Clock, RealTimeTimer, Timer
+from ._trace import TraceRecorder
 from ._tree import build_tree, check_tree, mismatch_message, state_ports
 from ._workers import Engine, in_hook_thread
 
@@ -36,6 +40,8 @@ def run(
     timer: Timer | None = None,
     inputs: Mapping[Input, torch.Tensor] | None = None,
     state: Mapping[str, Any] | None = None,
+    trace: str | os.PathLike[str] | None = None,
+    progress: bool = False,
 ) -> Run:
     """Start ``net`` and return its :class:`Run`; use it as a context manager.
 
@@ -49,6 +55,9 @@ def run(
         timer: :class:`RealTimeTimer` (the default) or :class:`VirtualTimer`.
         inputs: First messages of inputs the host feeds (inputs without a source).
         state: A state tree from :meth:`Run.state_dict` (or :func:`mujou.load`) to resume.
+        trace: A file to write a Chrome/Perfetto trace of the run to when it ends
+            (see :ref:`observe.trace`).
+        progress: Print a live progress line to stderr (see :ref:`observe.progress`).
 
     Raises:
         TypeError, ValueError: an argument is not allowed; nothing was started.
@@ -78,7 +87,11 @@ def run(
     if workers is None:
         workers = default_workers(on_workers, cpus=usable_cpus(), gil=gil_enabled())
     _warn_oversubscription(workers, len(nodes) - on_workers)
-    engine = Engine(nodes, workers, Clock(timer, 0.0))
+    if trace is not None and not isinstance(trace, str | os.PathLike):
+        raise TypeError(f"trace must be a file path or None, got {type(trace).__name__}: {trace!r}")
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool, got {type(progress).__name__}: {progress!r}")
+    engine = Engine(nodes, workers, Clock(timer, 0.0), None if trace is None else TraceRecorder(trace))
     restore: list[Any] | None = None
     meta: dict[str, Any] = {}
     if state is not None:
@@ -98,6 +111,8 @@ def run(
     engine.go()
     handle = Run.__new__(Run)
     handle._setup(net, engine)
+    if progress:
+        engine.finishers.append(Progress(handle._progress_sample).finish)
     return handle
 
 
@@ -474,21 +489,40 @@ class Run:
         self._engine.raise_error()
 
     def stats(self) -> RunStats:
-        """The run's counters: time, workers, and per node updates, skips, lateness, busy time."""
+        """The run's counters: per node updates, skips, busy time, dt and lateness; per worker busy.
+
+        See :ref:`observe.stats`.
+        """
         if not in_hook_thread():
             self._engine.flush_warnings(stacklevel=2)
-        return RunStats(
-            time=self.time,
-            workers=self._engine.workers,
-            nodes={
-                slot.name: NodeStats(
-                    updates=slot.updates,
-                    skipped=slot.skipped,
-                    max_lateness=slot.max_lateness,
-                    busy=slot.busy_seconds,
-                )
-                for slot in self._engine.slots
-            },
+        engine = self._engine
+        nodes = {}
+        for slot in engine.slots:
+            recent = sorted(list(slot.lateness))
+            nodes[slot.name] = NodeStats(
+                updates=slot.updates,
+                skipped=slot.skipped,
+                busy=slot.busy_seconds,
+                dt_min=slot.dt_min if slot.updates else 0.0,
+                dt_mean=slot.dt_sum / slot.updates if slot.updates else 0.0,
+                dt_max=slot.dt_max,
+                lateness_p50=percentile(recent, 0.50),
+                lateness_p99=percentile(recent, 0.99),
+                lateness_max=slot.lateness_max,
+            )
+        elapsed = (engine.end_real if engine.ended else time.perf_counter()) - engine.real_start
+        busy = tuple(
+            min(1.0, seconds / elapsed) if engine.real_start and elapsed > 0 else 0.0
+            for seconds in engine.worker_busy
+        )
+        return RunStats(time=self.time, workers=engine.workers, nodes=nodes, worker_busy=busy)
+
+    def _progress_sample(self) -> tuple[float, int, float]:
+        slots = self._engine.slots
+        return (
+            self.time,
+            sum(slot.updates for slot in slots),
+            max(slot.lateness_max for slot in slots),
         )
 
     def __enter__(self) -> Run:

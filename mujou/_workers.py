@@ -29,13 +29,16 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.autograd.profiler as _profiler
 
 from ._cuda import NodeStreams
 from ._errors import GlobalRandomWarning, HookError, LeakedSettingWarning, MujouInternalError
 from ._ports import Output
 from ._routing import OutputSpec, plan_routes
 from ._schedule import DueHeap, due_time, next_slot
+from ._stats import LATENESS_WINDOW
 from ._timer import Clock
+from ._trace import TraceRecorder
 
 if TYPE_CHECKING:
     from ._node import Node, NodeCore
@@ -75,12 +78,18 @@ class Slot:
         "cond",
         "core",
         "dedicated",
+        "dt_max",
+        "dt_min",
+        "dt_sum",
         "index",
         "jobs",
         "last",
-        "max_lateness",
+        "lateness",
+        "lateness_max",
+        "lateness_next",
         "name",
         "node",
+        "now",
         "period",
         "skipped",
         "slot",
@@ -108,8 +117,14 @@ class Slot:
         self.cond = threading.Condition(lock) if self.dedicated else None
         self.updates = 0
         self.skipped = 0
-        self.max_lateness = 0.0
         self.busy_seconds = 0.0
+        self.dt_min = math.inf
+        self.dt_max = 0.0
+        self.dt_sum = 0.0
+        self.lateness: list[float] = []  # the last LATENESS_WINDOW latenesses, as a ring
+        self.lateness_next = 0
+        self.lateness_max = 0.0
+        self.now: tuple[float, float, float] | None = None  # the running update's t, dt, lateness
         self.warned: set[str] = set()
 
     @property
@@ -120,7 +135,9 @@ class Slot:
 class Engine:
     """Runs the hooks of a net's nodes on workers and dedicated threads, on a clock."""
 
-    def __init__(self, nodes: Sequence[Node], workers: int, clock: Clock) -> None:
+    def __init__(
+        self, nodes: Sequence[Node], workers: int, clock: Clock, trace: TraceRecorder | None = None
+    ) -> None:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # idle workers wait here
         self._host = threading.Condition(self._lock)  # the host waits here
@@ -140,12 +157,19 @@ class Engine:
         self._wakers: list[Callable[[], None]] = []  # called once when the run ends
         self.error: HookError | None = None
         self.end_time = 0.0
+        self.end_real = 0.0
         self._active: dict[int, tuple[Slot, str]] = {}  # the hooks running now, by thread
+        self.trace = trace
+        self.finishers: list[Callable[[], None]] = []  # run once the run has ended and stopped
+        if trace is not None:
+            self.finishers.append(trace.write)
+        self.worker_busy = [0.0] * workers  # real seconds each worker spent in hooks
+        self.real_start = 0.0  # perf_counter() when the timer started, 0.0 before
         self._seen_seed = torch.initial_seed()
         self._warnings: list[tuple[type[Warning], str]] = []
         self.workers = workers
         self._threads: list[threading.Thread] = [
-            HookThread(target=self._worker_main, name=f"mujou-worker-{i}", daemon=True)
+            HookThread(target=self._worker_main, args=(i,), name=f"mujou-worker-{i}", daemon=True)
             for i in range(workers)
         ]
         self._threads += [
@@ -202,6 +226,7 @@ class Engine:
         """Start the timer: updates begin."""
         with self._lock:
             self.clock.start()
+            self.real_start = time.perf_counter()
             for slot in self.slots:  # slot.last is the origin, or the restored start
                 if not slot.dedicated:
                     self._heap.push(slot.due, slot.index)
@@ -286,8 +311,11 @@ class Engine:
             self._begin_stop()
             while not self._ended:
                 self._host.wait()
+            finishers, self.finishers = self.finishers, []
         for thread in self._threads:
             thread.join()
+        for finish in finishers:  # once, on the first stop() that returns
+            finish()
 
     def raise_error(self) -> None:
         """Raise the run's HookError if a hook failed."""
@@ -439,6 +467,7 @@ class Engine:
         self._alive -= 1
         if self._alive == 0:
             self.end_time = self.clock.now()
+            self.end_real = time.perf_counter()
             self._ended = True
             for slot in self.slots:
                 slot.core.engine = None
@@ -449,8 +478,9 @@ class Engine:
 
     # -- the threads' side -----------------------------------------------------------------
 
-    def _worker_main(self) -> None:
+    def _worker_main(self, number: int) -> None:
         finished: Slot | None = None
+        busy = self.worker_busy
         while True:
             with self._lock:
                 if finished is not None:
@@ -460,6 +490,7 @@ class Engine:
                 if slot is None:
                     self._thread_exited()
                     return
+            began = time.perf_counter()
             if job is None:
                 self._update(slot, start)
                 finished = slot
@@ -467,6 +498,7 @@ class Engine:
                 self._run_job(slot, job)
                 with self._lock:
                     self._finish_job(slot, job)
+            busy[number] += time.perf_counter() - began
             del slot, job  # drop the references while idle, as concurrent.futures does
 
     def _next_for_worker(self) -> tuple[Slot | None, Job | None, float]:
@@ -580,8 +612,18 @@ class Engine:
         slot.slot, skipped = next_slot(slot.slot, slot.period, start)
         slot.updates += 1
         slot.skipped += skipped
-        slot.max_lateness = max(slot.max_lateness, lateness)
+        slot.dt_sum += dt
+        slot.dt_min = min(slot.dt_min, dt)
+        slot.dt_max = max(slot.dt_max, dt)
+        slot.lateness_max = max(slot.lateness_max, lateness)
+        if len(slot.lateness) < LATENESS_WINDOW:
+            slot.lateness.append(lateness)
+        else:
+            slot.lateness[slot.lateness_next] = lateness
+            slot.lateness_next = (slot.lateness_next + 1) % LATENESS_WINDOW
+        slot.now = (start, dt, lateness)
         _, exc = self._call(slot, "on_update", slot.node.on_update, dt)
+        slot.now = None
         if exc is not None:
             with self._lock:
                 self._fail(slot, "on_update", start, exc)
@@ -619,7 +661,11 @@ class Engine:
         self._active[thread] = (slot, hook)
         began = time.perf_counter()
         try:
-            result = core.context.run(fn, *args)
+            if _profiler.__dict__.get("_is_profiler_enabled", False):
+                with torch.profiler.record_function(f"{slot.name}.{hook}"):
+                    result = core.context.run(fn, *args)
+            else:
+                result = core.context.run(fn, *args)
             if core.reads:
                 _check_reads(slot, hook)
             if streams is not None:
@@ -628,7 +674,10 @@ class Engine:
         except BaseException as exc:
             return None, exc
         finally:
-            slot.busy_seconds += time.perf_counter() - began
+            ended = time.perf_counter()
+            slot.busy_seconds += ended - began
+            if self.trace is not None:
+                self.trace.record(slot.name, hook, began, ended, slot.now if hook == "on_update" else None)
             del self._active[thread]
             core.hook_thread = 0
             core.reads.clear()

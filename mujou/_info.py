@@ -1,0 +1,88 @@
+"""``python -m mujou info``: what Mujou's defaults will be on this machine, and why.
+
+See :ref:`observe.info`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import sysconfig
+from typing import Any
+
+import torch
+
+from ._cpus import affinity_cpus, default_workers, gil_enabled, physical_cores, quota_cpus, usable_cpus
+
+USAGE = "usage: python -m mujou info [--json]"
+
+
+def machine_info() -> dict[str, Any]:
+    """The facts ``info`` prints, as a JSON-ready dict."""
+    gil = gil_enabled()
+    usable = usable_cpus()
+    cores = physical_cores()
+    workers = default_workers(sys.maxsize, cpus=usable, gil=gil)
+    reason = f"{usable} usable CPU(s)" + (", halved while the GIL is enabled" if gil else "")
+    threads = torch.get_num_threads()
+    if workers * threads > cores:
+        advice = (
+            f"{workers} worker(s) x {threads} torch thread(s) exceed the {cores} physical core(s): "
+            "call torch.set_num_threads(1) before mujou.run"
+        )
+    else:
+        advice = (
+            f"{workers} worker(s) x {threads} torch thread(s) fit the {cores} physical core(s); "
+            "count each dedicated_thread node as one more worker"
+        )
+    devices = (
+        [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
+        if torch.cuda.is_available()
+        else []
+    )
+    return {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+        "gil_enabled": gil,
+        "affinity_cpus": len(affinity_cpus()),
+        "quota_cpus": quota_cpus(),
+        "usable_cpus": usable,
+        "physical_cores": cores,
+        "default_workers": workers,
+        "default_workers_reason": reason,
+        "torch": torch.__version__,
+        "torch_threads": threads,
+        "advice": advice,
+        "cuda_devices": devices,
+    }
+
+
+def render(info: dict[str, Any]) -> str:
+    """The facts as the lines a person reads."""
+    build = "free-threaded build" if info["free_threaded_build"] else "build with the GIL"
+    quota = "no CPU quota" if info["quota_cpus"] is None else f"a CPU quota of {info['quota_cpus']}"
+    cuda = ", ".join(info["cuda_devices"]) or "none"
+    gil = "enabled" if info["gil_enabled"] else "disabled"
+    return "\n".join(
+        [
+            f"Python          {info['python']} ({build}); GIL {gil}",
+            f"CPUs            {info['usable_cpus']} usable: {info['affinity_cpus']} in the affinity, {quota}",
+            f"physical cores  {info['physical_cores']}",
+            f"default workers {info['default_workers']} ({info['default_workers_reason']}; "
+            "never more than the nodes on workers)",
+            f"torch           {info['torch']}, {info['torch_threads']} intra-op thread(s)",
+            f"advice          {info['advice']}",
+            f"CUDA devices    {cuda}",
+        ]
+    )
+
+
+def main(argv: list[str]) -> int:
+    """Run the command line; return the exit status."""
+    if not argv or argv[0] != "info" or any(arg != "--json" for arg in argv[1:]):
+        print(USAGE, file=sys.stderr)
+        return 2
+    info = machine_info()
+    print(json.dumps(info, indent=2) if "--json" in argv else render(info))
+    return 0
