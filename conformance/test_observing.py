@@ -672,6 +672,14 @@ def test_trace_is_written_after_a_failed_hook(tmp_path: Path, hook: str) -> None
 # --- observe.profiler-ranges ----------------------------------------------------------------
 
 
+def all_threads() -> torch._C._profiler._ExperimentalConfig:
+    """A profiler configuration that records every thread, Mujou's workers included."""
+    try:
+        return torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except TypeError:  # torch releases before profile_all_threads
+        pytest.skip(f"torch {torch.__version__} cannot profile all threads")
+
+
 def profiled_ranges(prof: profile) -> collections.Counter[str]:
     """How many times each name of the form NODE.HOOK was recorded by the profiler."""
     events = prof.events()  # type: ignore[no-untyped-call]  # untyped in torch
@@ -686,7 +694,7 @@ def test_hooks_are_named_ranges_while_the_profiler_is_active() -> None:
     calls = Calls()
     net = Mixed(calls)
     with (
-        profile(activities=[ProfilerActivity.CPU]) as prof,
+        profile(activities=[ProfilerActivity.CPU], experimental_config=all_threads()) as prof,
         mujou.run(net, workers=2, timer=mujou.VirtualTimer()) as run,
     ):
         run.sleep(1.0)
@@ -711,7 +719,7 @@ def test_only_hooks_run_while_the_profiler_is_active_are_ranges() -> None:
     with mujou.run(net, workers=2, timer=mujou.VirtualTimer()) as run:
         run.sleep(0.5)
         before = run.stats()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=[ProfilerActivity.CPU], experimental_config=all_threads()) as prof:
             run.sleep(0.5)
         after = run.stats()
         run.sleep(0.5)
