@@ -7,12 +7,18 @@ The source folder is the spec of one language and selects it; ``language`` must 
 
 Each build links to the same page of the other one (``../ja/...`` from ``../en/...``), so
 keep the two output folders side by side.
+
+The API reference imports ``mujou`` (and so ``torch``) from this checkout. The traceability
+page shows the results of the last run of the conformance suite when it finds them in
+``docs/_build/junit.xml`` (``pytest --junitxml=docs/_build/junit.xml``; another file with
+``-D mujou_test_results=PATH``).
 """
 
 from __future__ import annotations
 
 import sys
 import tomllib
+import warnings
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -21,7 +27,11 @@ from sphinx.errors import ConfigError
 
 DOCS = Path(__file__).resolve().parent
 REPO = DOCS.parent
-sys.path[:0] = [str(DOCS / "_ext"), str(REPO / "conformance" / "meta")]
+# The extensions, the rule parser they share with the meta tests, and the package autodoc
+# reads (the checkout's, also when another version is installed).
+sys.path[:0] = [str(DOCS / "_ext"), str(REPO / "conformance" / "meta"), str(REPO)]
+# torch warns on import when numpy is missing, which the docs do not need (as in pyproject.toml).
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 LANGUAGES = {"en": "English", "ja": "日本語"}
 TITLES = {"en": "Mujou specification", "ja": "Mujou 仕様"}
@@ -35,11 +45,34 @@ author = "The Mujou authors"
 copyright = "the Mujou authors"
 language = "en"
 
-extensions = ["myst_parser", "mujou_rules"]
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "mujou_api",
+    "mujou_rules",
+    "mujou_traceability",
+]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 myst_enable_extensions = ["colon_fence", "deflist"]
 nitpicky = True
+
+# The API reference (api.md): autodoc reads the docstrings, written in Google style.
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented_params"
+autodoc_preserve_defaults = True
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_ivar = True
+
+# Types of the standard library and of torch that signatures and docstrings name. Without
+# network access there are no intersphinx inventories to link them to: they stay plain text.
+nitpick_ignore_regex = [
+    ("py:.*", r"(collections\.abc|contextlib|os|pathlib|queue|types|typing)\.\w+"),
+    ("py:.*", r"torch(\.\w+)+"),
+]
 
 html_theme = "alabaster"
 html_static_path = [str(DOCS / "_static")]
@@ -48,7 +81,8 @@ html_css_files = ["mujou.css"]
 html_sidebars = {
     "**": ["about.html", "navigation.html", "relations.html", "mujou-languages.html", "searchbox.html"]
 }
-html_theme_options = {"description": "", "fixed_sidebar": True}
+# Wide enough for code lines of about 90 characters without a scroll bar.
+html_theme_options = {"description": "", "fixed_sidebar": True, "page_width": "1160px"}
 html_show_sourcelink = False
 
 
