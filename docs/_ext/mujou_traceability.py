@@ -43,9 +43,9 @@ TRACE_WORDS: dict[str, dict[str, str]] = {
         "skipped": "skipped",
         "not-run": "not run",
         "cases": "{passed} of {total} cases passed, {skipped} skipped",
-        "results": "Results of the last run of the conformance suite: {file}, run at {time}: "
+        "results": "Results of the last run of the conformance suite: `{file}`, run at {time}: "
         "{tests} tests, {passed} passed, {failed} failed, {skipped} skipped.",
-        "no-results": "No results of a run of the conformance suite were found ({file}), so "
+        "no-results": "No results of a run of the conformance suite were found (`{file}`), so "
         "every test shows “not run”. Run the suite with "
         "``pytest --junitxml=docs/_build/junit.xml`` before building the site.",
         "summary": "{rules} rules, {tested} of them cited by tests; {citing} tests cite them.",
@@ -58,9 +58,9 @@ TRACE_WORDS: dict[str, dict[str, str]] = {
         "skipped": "スキップ",
         "not-run": "未実行",
         "cases": "{total} ケース中 {passed} 成功、{skipped} スキップ",
-        "results": "適合テストの最後の実行の結果: {file}（{time} に実行）。テスト {tests} 件、"
+        "results": "適合テストの最後の実行の結果: `{file}`（{time} に実行）。テスト {tests} 件、"
         "成功 {passed}、失敗 {failed}、スキップ {skipped}。",
-        "no-results": "適合テストの実行結果が見つからない（{file}）ので、どのテストも「未実行」と示す。"
+        "no-results": "適合テストの実行結果が見つからない（`{file}`）ので、どのテストも「未実行」と示す。"
         "サイトを作る前に ``pytest --junitxml=docs/_build/junit.xml`` でテストを実行する。",
         "summary": "規則 {rules} 件、そのうちテストが引くもの {tested} 件。規則を引くテストは {citing} 件。",
         "page-summary": "規則 {rules} 件、テストのあるもの {tested} 件。",
