@@ -20,15 +20,18 @@ def _install(session: nox.Session, extras: str) -> None:
 
 @nox.session
 def conformance(session: nox.Session) -> None:
-    """The conformance suite, the rule check (conformance/meta) and the unit tests, in parallel."""
-    _install(session, "test")
-    session.run("pytest", "-n", "auto", *session.posargs)
+    """The conformance suite, the rule check (conformance/meta) and the unit tests, in parallel.
+
+    The results go to docs/_build/junit.xml, which the docs' traceability page shows.
+    """
+    _install(session, "test,docs")
+    session.run("pytest", "-n", "auto", "--junitxml=docs/_build/junit.xml", *session.posargs)
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package, the suite, the examples and this file."""
-    _install(session, "test,typing")
+    _install(session, "test,typing,docs")
     session.install("nox")
     session.run("mypy", "--strict")
 
@@ -59,6 +62,16 @@ def docs(session: nox.Session) -> None:
             f"spec/{language}",
             f"docs/_build/{language}",
         )
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """The CUDA tests, on a machine with a GPU: installs torch's default (CUDA) build."""
+    session.install("torch")
+    session.install("-e", ".[test]")
+    session.run("python", "-c", "import torch; assert torch.cuda.is_available(), 'no CUDA here'")
+    session.run("pytest", "-m", "cuda", "conformance", *session.posargs)
+    session.run("python", "bench/cuda_overlap.py")
 
 
 @nox.session

@@ -7,24 +7,39 @@ never reaches ``torch.cuda`` (cuda.cpu-node-no-cuda).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import torch
 
-from ._routing import Plan, StreamId
+from ._routing import STREAMS_PER_DEVICE, Plan, StreamId
 
 _pool_lock = threading.Lock()
-_pool: dict[StreamId, torch.cuda.Stream] = {}  # the process's pools: 32 streams per device
+_pools: dict[int, list[torch.cuda.Stream]] = {}  # the process's pools: 32 streams per device
+_MAKE_ATTEMPTS = 8 * STREAMS_PER_DEVICE  # torch hands its streams out in turn: enough to see all
 
 
 def pool_stream(stream_id: StreamId) -> torch.cuda.Stream:
-    """The stream ``stream_id`` of its device's pool, made on first use."""
+    """The stream ``stream_id`` of its device's pool (cuda.stream-pool).
+
+    The pool is made whole on the device's first use: 32 distinct streams, so two pool
+    indices never share a stream, whatever other code takes streams meanwhile. torch has 32
+    streams of each priority per device and hands them out in turn, so streams a user makes
+    with ``torch.cuda.Stream()`` are among them.
+    """
     with _pool_lock:
-        stream = _pool.get(stream_id)
-        if stream is None:
-            # torch.cuda.Stream.__new__ carries no annotations.
-            made = torch.cuda.Stream(device=stream_id.device)  # type: ignore[no-untyped-call]
-            stream = _pool[stream_id] = made
-        return stream
+        pool = _pools.get(stream_id.device)
+        if pool is None:
+            pool, seen = [], set()
+            for _ in range(_MAKE_ATTEMPTS):
+                # torch.cuda.Stream.__new__ carries no annotations.
+                made = torch.cuda.Stream(device=stream_id.device)  # type: ignore[no-untyped-call]
+                if made.cuda_stream not in seen:
+                    seen.add(made.cuda_stream)
+                    pool.append(made)
+                if len(pool) == STREAMS_PER_DEVICE:
+                    break
+            _pools[stream_id.device] = pool
+        return pool[stream_id.pool_index % len(pool)]
 
 
 class NodeStreams:
@@ -42,17 +57,35 @@ class NodeStreams:
             if reader == name
         }
 
-    def make_current(self) -> None:
+    def make_current(self, *, keep: bool) -> Callable[[], None] | None:
         """Before a hook: the copy streams, then the node's device and stream (cuda.stream-current).
 
-        Not undone after the hook: the next hook on this thread sets its own (see the
-        "Threads and devices" page).
+        Not undone after a hook on Mujou's threads: the next hook there sets its own. With
+        ``keep`` (the host's thread), returns what puts the thread's device and streams back.
+        A node without a stream of its own (a CPU node with copy streams) keeps the
+        thread's current device: ``torch.cuda.set_stream`` would change it.
         """
+        device = torch.cuda.current_device()
+        touched = {stream.device for stream in self.copy_streams.values()}
+        if self.stream is not None:
+            touched.add(self.stream.device)
+        before = [torch.cuda.current_stream(each) for each in touched] if keep else []
         for stream in self.copy_streams.values():
             torch.cuda.set_stream(stream)
         if self.stream is not None:
             torch.cuda.set_device(self.device)
             torch.cuda.set_stream(self.stream)
+        else:
+            torch.cuda.set_device(device)
+        if not keep:
+            return None
+
+        def restore() -> None:
+            for stream in before:
+                torch.cuda.set_stream(stream)
+            torch.cuda.set_device(device)
+
+        return restore
 
     def wait(self) -> None:
         """Wait for the work queued on the node's own stream, and only that (cuda.wait-after-update)."""

@@ -73,7 +73,7 @@ class _Port:
 
     @property
     def name(self) -> str:
-        """The port's dotted name: the node's name, a dot, the attribute name."""
+        """The port's dotted name, made of the node's name, a dot and the attribute name."""
         if self._node is None:
             return self._attr
         node_name = self._node.name
@@ -152,8 +152,13 @@ class Output(_Port):
             # cuda.send-stays-on-device: copied on the node's stream, which is waited for
             # before any reader can see the copy.
             assert core.streams is not None and core.streams.stream is not None
-            message = value.clone()
-            core.streams.stream.synchronize()
+            own = core.streams.stream
+            current = torch.cuda.current_stream(value.device)
+            if current != own:  # the hook made another stream current: its work comes first
+                own.wait_stream(current)
+            with torch.cuda.stream(own):
+                message = value.clone()
+            own.synchronize()
         else:
             message = value.to("cpu", copy=True)  # cuda.host-memory-route
         engine.publish(self, message)

@@ -24,6 +24,7 @@ from ._net import Net
 from ._node import Node
 from ._ports import Input, Output, _Port
 from ._progress import Progress
+from ._routing import Route
 from ._schedule import first_slot_at_or_after
 from ._stats import NodeStats, RunStats, percentile
 from ._subscription import Subscription
@@ -209,8 +210,14 @@ def _host_message(port: Input, message: torch.Tensor) -> torch.Tensor:
 
 
 def _sync_host_streams(nodes: list[Node]) -> None:
-    """Wait for the host's current stream on each CUDA device of the net (cuda.run-syncs-host-stream)."""
-    for device in {node.device for node in nodes if node.device.type == "cuda"}:
+    """Wait for the host's current streams: of the current device and of each CUDA device of the net.
+
+    See cuda.run-syncs-host-stream. A net without CUDA nodes does not touch CUDA.
+    """
+    devices = {node.device for node in nodes if node.device.type == "cuda"}
+    if devices:
+        torch.cuda.current_stream().synchronize()
+    for device in devices:
         torch.cuda.current_stream(device).synchronize()
 
 
@@ -228,8 +235,14 @@ def _restore_meta(engine: Engine, meta: Mapping[str, Any]) -> None:
     ports = state_ports(engine.slots)
     for name, message in meta.get("ports", {}).items():
         port = ports.get(name)
-        if port is not None and message is not None:
-            port._latest = message.to(port.node.device, copy=True)
+        if port is None or message is None:
+            continue
+        if isinstance(port, Input):  # fed by the host: where run.write would put it
+            port._latest = _host_message(port, message)
+        elif isinstance(port, Output) and port._route is Route.DEVICE:  # as send leaves it
+            port._latest = host_to_node(message, port.node.device)
+        else:
+            port._latest = message.to("cpu", copy=True)
 
 
 def _timer_of(clock: Clock) -> Timer:
@@ -472,8 +485,8 @@ class Run:
         Works during the run and after it ended, also after a hook failed.
         """
         self._host_call("state_dict")
-        time, states = self._engine.collect_states()
-        return build_tree(self._engine.slots, states, time)
+        slots = self._engine.slots
+        return self._engine.collect_states(lambda time, states: build_tree(slots, states, time))
 
     def stop(self) -> None:
         """Stop the run: wait for running hooks, run every ``on_stop``, end the threads.

@@ -26,7 +26,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.autograd.profiler as _profiler
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ._ports import Input, _Port
 
 START, RESTORE, STATE, STOP = "start", "restore", "state", "stop"
+_T = TypeVar("_T")
 _HOOK_OF_JOB = {START: "on_start", RESTORE: "load_state_dict", STATE: "state_dict", STOP: "on_stop"}
 
 
@@ -250,11 +251,13 @@ class Engine:
             self._jobs.append((slot, job))
             self._work.notify()
 
-    def collect_states(self) -> tuple[float, list[Any]]:
-        """Take every node's state_dict between updates; return the time and the states.
+    def collect_states(self, build: Callable[[float, list[Any]], _T]) -> _T:
+        """Take every node's state_dict between updates, and ``build`` the tree from them.
 
         While the run runs, updates pause, worker nodes' state_dict runs on a thread of its
         own and dedicated nodes' on theirs; once the run has ended, on the calling thread.
+        ``build(time, states)`` runs before updates resume, so the copies it makes, the
+        ports' messages and the schedules it reads are those of the same moment.
         See state.consistent-snapshot.
         """
         with self._lock:
@@ -273,7 +276,7 @@ class Engine:
                 if exc is not None:
                     raise HookError(slot.name, "state_dict", now, exc) from exc
                 states.append(result)
-            return now, states
+            return build(now, states)
         try:
             jobs = [(slot, Job(STATE)) for slot in self.slots]
             worker_jobs = [(slot, job) for slot, job in jobs if not slot.dedicated]
@@ -292,12 +295,12 @@ class Engine:
             with self._lock:
                 while self._pending:
                     self._host.wait()
+            self.raise_error()
+            return build(now, [job.result for _, job in jobs])
         finally:
             with self._lock:
                 self._paused = False
                 self._wake_all()
-        self.raise_error()
-        return now, [job.result for _, job in jobs]
 
     def _state_main(self, jobs: list[tuple[Slot, Job]]) -> None:
         for slot, job in jobs:
@@ -651,8 +654,11 @@ class Engine:
         thread = threading.get_ident()
         core.hook_thread = thread
         streams = core.streams
+        restore_host: Callable[[], None] | None = None
         if streams is not None:
-            streams.make_current()
+            # On the host's thread (state_dict once the run has ended), put its own device
+            # and streams back afterwards: the host's later work is not the node's.
+            restore_host = streams.make_current(keep=not in_hook_thread())
             if hook == "state_dict":
                 streams.wait()  # cuda.wait-state-dict: before, and after below
         grad = torch.is_grad_enabled()
@@ -676,6 +682,8 @@ class Engine:
         finally:
             ended = time.perf_counter()
             slot.busy_seconds += ended - began
+            if restore_host is not None:
+                restore_host()
             if self.trace is not None:
                 self.trace.record(slot.name, hook, began, ended, slot.now if hook == "on_update" else None)
             del self._active[thread]
