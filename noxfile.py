@@ -65,6 +65,14 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session
+def examples(session: nox.Session) -> None:
+    """Run every example to completion and check what it prints."""
+    _install(session, "test")
+    session.install("numpy")  # without it, importing torch prints a warning of its own
+    session.run("pytest", "-n", "auto", "tests/test_examples.py", *session.posargs)
+
+
+@nox.session
 def gpu(session: nox.Session) -> None:
     """The CUDA tests, on a machine with a GPU: installs torch's default (CUDA) build."""
     session.install("torch")

@@ -945,3 +945,42 @@ def test_run_rejects_an_unfed_input() -> None:
         run.sleep(0.5)
     assert sink.seen == [5.0, 5.0]
     assert other.seen == [None, None]
+
+
+class Keeper(Node):
+    """Keeps the message it read, and changes it in place in a later update."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(period=1.0)
+        self.kept: torch.Tensor | None = None
+
+    def on_update(self, dt: float) -> None:
+        if self.kept is None:
+            self.kept = self.x.read()
+        else:
+            self.kept.add_(1.0)
+
+
+class SlowSource(Node):
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=10.0)
+
+    def on_start(self) -> None:
+        self.y.send(torch.zeros(3))
+
+
+@pytest.mark.rule("ports.message-read-only")
+def test_a_message_changed_after_its_read_fails_the_next_read() -> None:
+    """> A message changed in place later (kept from an earlier read, or a view of it) fails the
+    > next read of that port, by a node or the host."""
+    src, keeper = SlowSource(), Keeper()
+    net = Bag(src=src, keeper=keeper)
+    net.connect(src.y, keeper.x)
+    with mujou.run(net, timer=vt()) as run:
+        run.sleep(2.0)  # read at t=1, changed at t=2: the hook itself read nothing then
+        with pytest.raises(RuntimeError, match=r"^the latest message on 'src\.y' was changed in place"):
+            run.read(src.y)

@@ -667,3 +667,17 @@ def test_state_made_in_on_start_is_restored() -> None:
         assert torch.equal(run2.state_dict()["m"]["w"], torch.full((4,), 3.0))
         run2.sleep(0.25)
         assert torch.equal(net.m.w, torch.full((4,), 4.0))
+
+
+@pytest.mark.rule("state.mismatch")
+def test_a_class_saved_from_main_matches_the_same_class_imported() -> None:
+    """> ... a node of another class (a class saved from a script's `__main__` matches the same
+    > class imported from its module) ..."""
+    net = StatefulNet()
+    with mujou.run(net, timer=mujou.VirtualTimer()) as run:
+        run.sleep(0.5)
+        tree = run.state_dict()
+    for meta in tree["@mujou"]["nodes"].values():
+        meta["class"] = "__main__." + meta["class"].rsplit(".", 1)[1]
+    with mujou.run(StatefulNet(), timer=mujou.VirtualTimer(), state=tree) as resumed:
+        assert resumed.time == 0.5

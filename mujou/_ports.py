@@ -36,12 +36,13 @@ def _bound_port(node: object, attr: str) -> _Port:
 class _Port:
     """What inputs and outputs share: a name, a node, the latest message and its watchers."""
 
-    __slots__ = ("_attr", "_latest", "_node", "_watchers")
+    __slots__ = ("_attr", "_latest", "_latest_version", "_node", "_watchers")
 
     def __init__(self) -> None:
         self._attr = ""
         self._node: Node | None = None
         self._latest: torch.Tensor | None = None
+        self._latest_version = 0  # the latest message's version counter when it was published
         # Replaced, never mutated, so a sender can iterate it without a lock.
         self._watchers: tuple[Watcher, ...] = ()
 
@@ -80,9 +81,26 @@ class _Port:
         return f"{node_name}.{self._attr}" if node_name else self._attr
 
     def _publish(self, message: torch.Tensor) -> None:
+        self._latest_version = message._version
         self._latest = message
         for watcher in self._watchers:
             watcher(message)
+
+    def _message(self) -> torch.Tensor | None:
+        """The message a reader of this port gets now (see Input for inputs)."""
+        return self._checked_latest()
+
+    def _checked_latest(self) -> torch.Tensor | None:
+        """The latest message, checked to be as it was published (ports.message-read-only)."""
+        message = self._latest
+        if message is not None and message._version != self._latest_version:
+            raise RuntimeError(
+                f"the latest message on {self.name!r} was changed in place after it was sent, "
+                "by a node that kept a message it read (or a view of it, as "
+                "torch.nn.utils.vector_to_parameters makes); messages are read-only: clone "
+                "them before changing them or keeping them"
+            )
+        return message
 
     def _add_watcher(self, watcher: Watcher) -> None:
         self._watchers = (*self._watchers, watcher)
@@ -206,7 +224,7 @@ class Input(_Port):
 
     def _message(self) -> torch.Tensor | None:
         source = self._source
-        return self._latest if source is None else source._latest
+        return self._checked_latest() if source is None else source._checked_latest()
 
     def read(self) -> torch.Tensor | None:
         """The latest visible message, on this node's device, or None when there is none yet.

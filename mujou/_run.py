@@ -238,11 +238,11 @@ def _restore_meta(engine: Engine, meta: Mapping[str, Any]) -> None:
         if port is None or message is None:
             continue
         if isinstance(port, Input):  # fed by the host: where run.write would put it
-            port._latest = _host_message(port, message)
+            port._publish(_host_message(port, message))
         elif isinstance(port, Output) and port._route is Route.DEVICE:  # as send leaves it
-            port._latest = host_to_node(message, port.node.device)
+            port._publish(host_to_node(message, port.node.device))
         else:
-            port._latest = message.to("cpu", copy=True)
+            port._publish(message.to("cpu", copy=True))
 
 
 def _timer_of(clock: Clock) -> Timer:
@@ -312,7 +312,7 @@ class Run:
         if not in_hook_thread():
             self._engine.flush_warnings(stacklevel=2)
         checked = self._port(port)
-        message = checked._message() if isinstance(checked, Input) else checked._latest
+        message = checked._message()
         return None if message is None else message.to("cpu", copy=True)
 
     def write(self, port: Input, value: torch.Tensor) -> None:

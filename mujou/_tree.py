@@ -22,6 +22,22 @@ def class_path(node: object) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def same_class(saved: object, current: str) -> bool:
+    """Whether a saved class path names the current class.
+
+    A class of a script run as ``python script.py`` lives in ``__main__``, and the same class
+    imported elsewhere in its own module: those match by their qualified name alone.
+    """
+    if not isinstance(saved, str):
+        return False
+    main = "__main__."
+    if saved.startswith(main):
+        return current.endswith("." + saved[len(main) :])
+    if current.startswith(main):
+        return saved.endswith("." + current[len(main) :])
+    return saved == current
+
+
 def state_ports(slots: Sequence[Slot]) -> dict[str, _Port]:
     """The ports whose latest message is part of the state: outputs and host-fed inputs."""
     ports: dict[str, _Port] = {}
@@ -93,7 +109,7 @@ def check_tree(slots: Sequence[Slot], tree: object) -> tuple[list[str], list[Any
         states.append(state)
         if saved is None:
             continue
-        if saved.get("class") != class_path(slot.node):
+        if not same_class(saved.get("class"), class_path(slot.node)):
             problems.append(
                 f"node {slot.name!r} is a {class_path(slot.node)}, but the tree holds a {saved.get('class')}."
             )
