@@ -1,0 +1,1 @@
+"""Mujou's benchmarks: ``python bench/run.py`` (see bench/RESULTS.md)."""

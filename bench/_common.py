@@ -1,0 +1,256 @@
+"""What every system's workloads share: the constants, the schedule arithmetic and the measures.
+
+Every system records the same two numbers for each update, in the update itself: when it
+started (``time.perf_counter()`` at the top of the hook or task body) and when it was due
+(the k-th update of a node is due ``k × PERIOD`` after the run's start). The summaries
+below turn them into the figures of the table in the same way for every system.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+PERIOD = 0.01  # the period of every node of the fleet and of the idle node (100 Hz)
+SIZE = 16  # W is SIZE × SIZE, x and y have SIZE elements
+GRACE = 2 * PERIOD  # a fleet run stops this long after its last counted due time
+ECHO_PERIOD = 0.001  # the echo node's period (1 kHz)
+DISPATCH_PERIOD = 1e-6  # "no wait": every node is always due
+VIRTUAL_PERIOD = 0.001  # the dispatch nodes' period under Mujou's virtual timer
+
+Metrics = dict[str, Any]
+Update = Callable[[float], None]  # a baseline's update, called with its due time (from the origin)
+
+
+def next_slot(slot: int, period: float, start: float) -> int:
+    """The slot after ``slot`` for an update that started at ``start`` (seconds from the origin).
+
+    Fixed rate with skipping, as Mujou's ``sched.skip``: the next slot is the first one due at
+    or after ``start``. Every system uses this, so all of them skip the same way.
+    """
+    following = slot + 1
+    if following * period >= start:
+        return following
+    first = max(following, math.ceil(start / period))
+    while first * period < start:
+        first += 1
+    return first
+
+
+def setup_torch() -> None:
+    """One torch thread per compute thread, as Mujou asks of its users."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def weights(n: int) -> list[Any]:
+    """One seeded SIZE × SIZE weight matrix per node (scaled so tanh does not saturate)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    scale = 1.0 / math.sqrt(SIZE)
+    return [torch.randn(SIZE, SIZE, generator=generator) * scale for _ in range(n)]
+
+
+def zeros() -> Any:
+    """The input of a node before its source sent anything."""
+    import torch
+
+    return torch.zeros(SIZE)
+
+
+@dataclass
+class Record:
+    """The start (perf_counter seconds) and due time (seconds from the origin) of each update."""
+
+    starts: array[float] = field(default_factory=lambda: array("d"))
+    dues: array[float] = field(default_factory=lambda: array("d"))
+
+    def snapshot(self) -> Record:
+        """A copy of the records so far, while updates may still append (start, then due)."""
+        dues = self.dues[:]
+        return Record(self.starts[: len(dues)], dues)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The ``q``-quantile (0..1) of an ascending list, nearest rank; NaN when it is empty."""
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def fleet_metrics(
+    record: Record, origin: float, n: int, seconds: float, *, cpu_seconds: float, wall_seconds: float
+) -> Metrics:
+    """Share of the updates due in (0, seconds] that started by ``seconds + GRACE``, and their lateness.
+
+    ``origin`` is the run's start on the perf_counter clock; a node's k-th update is due at
+    ``origin + k × PERIOD``.
+    """
+    due_total = n * math.floor(seconds / PERIOD + 1e-9)
+    last_start = origin + seconds + GRACE
+    limit = seconds + 1e-9
+    lateness = sorted(
+        start - origin - due
+        for start, due in zip(record.starts, record.dues, strict=True)
+        if due <= limit and start <= last_start
+    )
+    return {
+        "n": n,
+        "seconds": seconds,
+        "due": due_total,
+        "made": len(lateness),
+        "share": len(lateness) / due_total,
+        "lateness_p50_ms": 1e3 * percentile(lateness, 0.50),
+        "lateness_p99_ms": 1e3 * percentile(lateness, 0.99),
+        "lateness_max_ms": 1e3 * (lateness[-1] if lateness else math.nan),
+        "cpu_percent": 100.0 * cpu_seconds / wall_seconds,
+    }
+
+
+def echo_phases() -> random.Random:
+    """When, in the echo node's period, the host writes: the same random phases in every system.
+
+    Without them, the host would write just after each echo, and every round trip would
+    last one period whatever the system.
+    """
+    return random.Random(0)
+
+
+def latency_metrics(latencies: list[float]) -> Metrics:
+    """Round trips per second of waiting (the inverse of the mean latency) and the percentiles."""
+    ordered = sorted(latencies)
+    return {
+        "round_trips": len(ordered),
+        "round_trips_per_second": len(ordered) / sum(ordered) if ordered else 0.0,
+        "latency_p50_ms": 1e3 * percentile(ordered, 0.50),
+        "latency_p99_ms": 1e3 * percentile(ordered, 0.99),
+    }
+
+
+def idle_metrics(cpu_seconds: float, wall_seconds: float, updates: int) -> Metrics:
+    """The process's CPU time over the window, as a share of one core."""
+    return {
+        "cpu_percent": 100.0 * cpu_seconds / wall_seconds,
+        "updates_per_second": updates / wall_seconds,
+        "wall_seconds": wall_seconds,
+    }
+
+
+class Window:
+    """Wall and process CPU time between ``start()`` and ``stop()``."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+        self._wall0 = 0.0
+        self._cpu0 = 0.0
+
+    def start(self) -> None:
+        self._wall0 = time.perf_counter()
+        self._cpu0 = time.process_time()
+
+    def stop(self) -> None:
+        self.cpu = time.process_time() - self._cpu0
+        self.wall = time.perf_counter() - self._wall0
+
+
+def ring_updates(n: int, record: Record) -> list[Update]:
+    """The baselines' fleet: update i computes ``tanh(W_i @ x)`` on the latest output of node i - 1.
+
+    Each records its start and due time first, as Mujou's ``RingNode`` does.
+    """
+    import torch
+
+    starts, dues = record.starts, record.dues
+    zero = zeros()
+    latest: list[Any] = [None] * n
+    perf_counter, tanh = time.perf_counter, torch.tanh
+
+    def ring_update(i: int, w: Any) -> Update:
+        def update(due: float) -> None:
+            starts.append(perf_counter())
+            dues.append(due)
+            x = latest[i - 1]
+            if x is None:
+                x = zero
+            latest[i] = tanh(w @ x)
+
+        return update
+
+    return [ring_update(i, w) for i, w in enumerate(weights(n))]
+
+
+class Counter:
+    """Counts empty updates (the dispatch and idle workloads)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def update(self, due: float) -> None:
+        self.count += 1
+
+
+class EchoHost:
+    """The echo workload for systems whose host is a plain thread (all but Mujou and ezmsg).
+
+    The host puts k in ``box`` (a reference replaced, as Mujou's ``run.write``), the echo
+    node's update (``update``, at ECHO_PERIOD) hands each new message back with ``deliver``,
+    and the host, waiting on a condition, measures the round trip.
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        self.box: Any = torch.zeros(1)
+        self._last: Any = None
+        self._back: Any = None
+        self._arrived = threading.Condition()
+
+    def update(self, due: float) -> None:
+        """The echo node's update: send back what is new."""
+        message = self.box
+        if message is not self._last:
+            self._last = message
+            self.deliver(message)
+
+    def deliver(self, message: Any) -> None:
+        """A message is back at the host."""
+        with self._arrived:
+            self._back = message
+            self._arrived.notify_all()
+
+    def _has(self, value: float) -> bool:
+        return self._back is not None and float(self._back.item()) == value
+
+    def round_trips(self, seconds: float) -> Metrics:
+        """Write, wait for the echo, again, for ``seconds``."""
+        import torch
+
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: self._back is not None, timeout=30.0):
+                raise TimeoutError("the echo node did not start within 30 s")
+        latencies: list[float] = []
+        phases = echo_phases()
+        began = time.perf_counter()
+        k = 0
+        while time.perf_counter() - began < seconds:
+            k += 1
+            value = float(k)
+            time.sleep(phases.random() * ECHO_PERIOD)  # a random phase of the echo's period
+            sent = time.perf_counter()
+            self.box = torch.full((1,), value)
+            with self._arrived:
+                if not self._arrived.wait_for(partial(self._has, value), timeout=1.0):
+                    raise TimeoutError("the echo did not come back within 1 s")
+            latencies.append(time.perf_counter() - sent)
+        return latency_metrics(latencies)

@@ -1,0 +1,210 @@
+"""Mujou's side of each workload: the nodes and the host's calls, through the public API only."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+import torch
+
+import mujou
+from mujou import Input, Net, Node, Output
+
+from ._common import (
+    DISPATCH_PERIOD,
+    ECHO_PERIOD,
+    GRACE,
+    PERIOD,
+    VIRTUAL_PERIOD,
+    Metrics,
+    Record,
+    Window,
+    echo_phases,
+    fleet_metrics,
+    idle_metrics,
+    latency_metrics,
+    next_slot,
+    weights,
+    zeros,
+)
+
+
+class RingNode(Node):
+    """``y = tanh(W @ x)`` on the latest ``x`` of the previous node of the ring.
+
+    Records when each update started and when it was due. The due time is the node's slot
+    times the period; the slot follows Mujou's own rule (sched.skip) applied to the start
+    times Mujou reports through ``dt`` (the running sum of ``dt`` is the timer time at which
+    the engine started the update), so it is the slot the engine ran.
+    """
+
+    x = Input()
+    y = Output()
+
+    def __init__(self, w: torch.Tensor, record: Record, zero: torch.Tensor) -> None:
+        super().__init__(period=PERIOD, seed=0)
+        self.w = w
+        self.zero = zero
+        self.starts = record.starts
+        self.dues = record.dues
+        self.slot = 1
+        self.timer = 0.0  # the timer time at which the engine started the last update
+
+    def on_update(self, dt: float) -> None:
+        self.starts.append(time.perf_counter())
+        slot = self.slot
+        self.dues.append(slot * PERIOD)
+        self.timer += dt
+        self.slot = next_slot(slot, PERIOD, self.timer)
+        x = self.x.read()
+        if x is None:
+            x = self.zero
+        self.y.send(torch.tanh(self.w @ x))
+
+
+class Ring(Net):
+    """N ring nodes, node i reading node i - 1."""
+
+    def __init__(self, nodes: list[RingNode]) -> None:
+        super().__init__()
+        for i, node in enumerate(nodes):
+            setattr(self, f"n{i}", node)
+        for i, node in enumerate(nodes):
+            self.connect(nodes[i - 1].y, node.x)
+
+
+class Empty(Node):
+    """A node whose update does nothing."""
+
+    def on_update(self, dt: float) -> None:
+        pass
+
+
+class Flock(Net):
+    """N empty nodes of one period."""
+
+    def __init__(self, n: int, period: float) -> None:
+        super().__init__()
+        for i in range(n):
+            setattr(self, f"n{i}", Empty(period=period, seed=0))
+
+
+def _origin(run: mujou.Run) -> float:
+    """The perf_counter time at which the run's timer started (timer time 0)."""
+    before = time.perf_counter()
+    now = run.time
+    after = time.perf_counter()
+    return (before + after) / 2 - now
+
+
+def _updates(run: mujou.Run) -> int:
+    return sum(stats.updates for stats in run.stats().nodes.values())
+
+
+def fleet(n: int, seconds: float, workers: int) -> Metrics:
+    record = Record()
+    zero = zeros()
+    net = Ring([RingNode(w, record, zero) for w in weights(n)])
+    window = Window()
+    with mujou.run(net, workers=workers) as run:
+        origin = _origin(run)
+        window.start()
+        run.sleep(max(0.0, seconds + GRACE - run.time))
+        window.stop()
+        stats = run.stats()
+    metrics = fleet_metrics(record, origin, n, seconds, cpu_seconds=window.cpu, wall_seconds=window.wall)
+    nodes = stats.nodes.values()
+    metrics["engine_updates"] = sum(node.updates for node in nodes)
+    metrics["engine_skipped"] = sum(node.skipped for node in nodes)
+    metrics["engine_max_lateness_ms"] = 1e3 * max(node.lateness_max for node in nodes)
+    return metrics
+
+
+def dispatch(n: int, seconds: float, timer: str) -> Metrics:
+    """Empty updates per second on one worker, every node always due (or virtual time)."""
+    if timer == "virtual":
+        net = Flock(n, VIRTUAL_PERIOD)
+        with mujou.run(net, workers=1, timer=mujou.VirtualTimer()) as run:
+            run.sleep(0.02)  # warm up
+            done = _updates(run)
+            began = time.perf_counter()
+            while time.perf_counter() - began < seconds:
+                run.sleep(0.01)
+            wall = time.perf_counter() - began
+            done = _updates(run) - done
+    else:
+        net = Flock(n, DISPATCH_PERIOD)
+        with mujou.run(net, workers=1) as run:
+            run.sleep(0.2)  # warm up
+            done = _updates(run)
+            began = time.perf_counter()
+            run.sleep(seconds)
+            done = _updates(run) - done
+            wall = time.perf_counter() - began
+    return {"updates_per_second": done / wall, "updates": done, "wall_seconds": wall}
+
+
+class Echo(Node):
+    """Sends back each new message of the host."""
+
+    x = Input()
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=ECHO_PERIOD, seed=0)
+        self.last: torch.Tensor | None = None
+
+    def on_update(self, dt: float) -> None:
+        message = self.x.read()
+        if message is not None and message is not self.last:
+            self.last = message
+            self.y.send(message)
+
+
+class EchoNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.echo = Echo()
+
+
+def _equals(value: float, message: torch.Tensor) -> bool:
+    return bool(message.item() == value)
+
+
+def echo(seconds: float) -> Metrics:
+    """The host writes k, waits for the echo node to send k back, and does it again."""
+    net = EchoNet()
+    latencies: list[float] = []
+    phases = echo_phases()
+    with mujou.run(net, workers=1, inputs={net.echo.x: torch.zeros(1)}) as run:
+        run.sleep(0.1)  # warm up
+        began = time.perf_counter()
+        k = 0
+        while time.perf_counter() - began < seconds:
+            k += 1
+            value = float(k)
+            time.sleep(phases.random() * ECHO_PERIOD)  # a random phase of the echo's period
+            sent = time.perf_counter()
+            run.write(net.echo.x, torch.full((1,), value))
+            run.wait_for(net.echo.y, partial(_equals, value), timeout=1.0)
+            latencies.append(time.perf_counter() - sent)
+    return latency_metrics(latencies)
+
+
+def idle(seconds: float) -> Metrics:
+    """The process CPU time one 100 Hz node with an empty update costs."""
+    net = Flock(1, PERIOD)
+    window = Window()
+    with mujou.run(net, workers=1) as run:
+        run.sleep(0.2)
+        done = _updates(run)
+        window.start()
+        run.sleep(seconds)
+        window.stop()
+        done = _updates(run) - done
+    return idle_metrics(window.cpu, window.wall, done)
+
+
+def describe() -> dict[str, Any]:
+    return {"mujou": mujou.__version__}

@@ -1,0 +1,690 @@
+"""Mujou's benchmark runner: every workload, Mujou and its peers, side by side, in one run.
+
+    python bench/run.py [--quick] [--out DIR] [--repeats K]
+
+Each measurement runs in a fresh process (``python -m bench._one``); the repeats are
+interleaved (all systems once, then all again), so that a slow minute of the machine does
+not fall on one system only. Writes ``DIR/results.jsonl`` (the machine, then one object per
+system × workload × repeat, then the medians and the targets) and ``DIR/results.md`` (the
+tables), and prints the tables. The default run takes about 12 minutes on 2 cores, ``--quick``
+under 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: make ``bench`` importable
+    sys.path.insert(0, str(ROOT))
+
+from bench._one import MARKER  # noqa: E402
+
+FLEET_SIZES = (10, 100, 1000, 10000)
+MUJOU_1, MUJOU_2 = "Mujou, workers=1", "Mujou, workers=2"
+ASYNCIO, THREADS, POOL = (
+    "asyncio, a task per node",
+    "a thread per node",
+    "a plain heap + worker pool, 1 worker",
+)
+HOLOSCAN, EZMSG = "NVIDIA Holoscan, Python operators", "ezmsg"
+SYSTEMS = (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG)
+PEERS = {HOLOSCAN: ("holoscan", "holoscan"), EZMSG: ("ezmsg", "ezmsg.core")}  # label: (system, module)
+MODULE_OF = {
+    MUJOU_1: "mujou",
+    MUJOU_2: "mujou",
+    ASYNCIO: "asyncio",
+    THREADS: "threads",
+    POOL: "heap_pool",
+    HOLOSCAN: "holoscan",
+    EZMSG: "ezmsg",
+}
+
+
+@dataclass(frozen=True)
+class Durations:
+    sizes: tuple[int, ...]  # the fleet sizes run
+    fleet: float  # seconds of each fleet run
+    fleet_largest: float  # at N=10,000
+    dispatch: float
+    echo: float
+    idle: float
+    repeats: int
+    limit: float  # a process still running after this many seconds did not finish
+
+
+FULL = Durations(
+    FLEET_SIZES, fleet=5.0, fleet_largest=3.0, dispatch=2.0, echo=2.0, idle=5.0, repeats=3, limit=60.0
+)
+QUICK = Durations(
+    (10, 100, 1000), fleet=2.0, fleet_largest=1.0, dispatch=1.0, echo=1.0, idle=2.0, repeats=1, limit=30.0
+)
+SLOW = 30.0  # a run that took longer than this (set-up) is not repeated: its one run is its median
+
+
+# Peers whose set-up alone is too slow to run the largest fleet here (measured on 2 cores:
+# Holoscan did not reach its first update within 200 s at N=10,000; ezmsg takes 20 s to set
+# up N=1,000 and grows quadratically).
+PEER_MAX_N = {HOLOSCAN: 1000, EZMSG: 1000}
+NOT_RUN_LARGE = "not run (set-up takes minutes)"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One system × workload: what ``bench._one`` runs in a fresh process."""
+
+    system: str  # a label of SYSTEMS
+    workload: str  # fleet-N, dispatch, dispatch-virtual, echo, idle
+    function: str  # the module's function
+    params: dict[str, Any]
+    timeout: float
+
+
+def plan(durations: Durations, systems: list[str]) -> list[Case]:
+    """Every measurement of one repeat, in the order they run."""
+    found: list[Case] = []
+    limit = durations.limit
+    for n in durations.sizes:
+        seconds = durations.fleet_largest if n >= 10000 else durations.fleet
+        for system in systems:
+            if n > PEER_MAX_N.get(system, n):
+                continue
+            params: dict[str, Any] = {"n": n, "seconds": seconds}
+            if system in (MUJOU_1, MUJOU_2):
+                params["workers"] = 1 if system == MUJOU_1 else 2
+            found.append(Case(system, f"fleet-{n}", "fleet", params, limit))
+    dispatch: dict[str, Any] = {"n": 100, "seconds": durations.dispatch}
+    for system in systems:
+        if system == MUJOU_1:
+            found.append(Case(system, "dispatch", "dispatch", {**dispatch, "timer": "realtime"}, limit))
+            found.append(
+                Case(system, "dispatch-virtual", "dispatch", {**dispatch, "timer": "virtual"}, limit)
+            )
+        elif system not in (MUJOU_2, THREADS):  # a thread per node has no dispatcher to measure
+            found.append(Case(system, "dispatch", "dispatch", dispatch, limit))
+    for workload, seconds in (("echo", durations.echo), ("idle", durations.idle)):
+        for system in systems:
+            if system != MUJOU_2:
+                found.append(Case(system, workload, workload, {"seconds": seconds}, limit))
+    return found
+
+
+# -- the child processes ---------------------------------------------------------------------
+
+
+def _site_dirs() -> Iterator[Path]:
+    for entry in sys.path:
+        if entry and Path(entry).is_dir():
+            yield Path(entry)
+
+
+def child_env(system: str) -> dict[str, str]:
+    """The environment of a measurement: this one, plus what Holoscan needs to load on a CPU."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    if system == HOLOSCAN:  # libcudart from the nvidia-cuda-runtime-cu12 wheel, if installed
+        libs = [str(d / "nvidia" / "cuda_runtime" / "lib") for d in _site_dirs()]
+        libs = [lib for lib in libs if Path(lib).is_dir()]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [*libs, env.get("LD_LIBRARY_PATH", "")]))
+    return env
+
+
+def _holoscan_stack() -> None:  # pragma: no cover - runs in the child before exec
+    """Holoscan asks for a 32 MiB stack (it warns, and may crash, with Linux's default 8 MiB)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    wanted = 32 * 1024 * 1024
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        limit = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_STACK, (limit, hard))
+
+
+def _preexec(system: str) -> Callable[[], None] | None:
+    return _holoscan_stack if system == HOLOSCAN else None
+
+
+def probe(system: str) -> str | None:
+    """None when the peer imports here, else why not."""
+    module = PEERS[system][1]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=child_env(system),
+            preexec_fn=_preexec(system),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return "import timed out"
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.strip().splitlines()
+    return lines[-1] if lines else f"import failed ({done.returncode})"
+
+
+def measure(case: Case) -> dict[str, Any]:
+    """Run one case in a fresh process; its result object (``ok``, ``metrics`` or ``error``)."""
+    command = [
+        sys.executable,
+        "-m",
+        "bench._one",
+        MODULE_OF[case.system],
+        case.function,
+        json.dumps(case.params),
+    ]
+    began = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=case.timeout,
+            env=child_env(case.system),
+            preexec_fn=_preexec(case.system),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        error = f"did not finish within {case.timeout:.0f} s"
+        return {"ok": False, "error": error, "timeout": True, "wall_seconds": case.timeout}
+    result: dict[str, Any] | None = None
+    for line in done.stdout.splitlines():
+        if line.startswith(MARKER):
+            result = json.loads(line[len(MARKER) :])
+    if result is None:
+        tail = done.stderr.strip().splitlines()[-5:]
+        result = {"ok": False, "error": f"exit status {done.returncode}: " + " | ".join(tail)}
+    elif not result["ok"]:
+        result["stderr_tail"] = done.stderr[-2000:]
+    result["wall_seconds"] = time.perf_counter() - began
+    return result
+
+
+# -- the machine -----------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    except OSError:
+        return ""
+    return done.stdout.strip()
+
+
+def _version(distribution: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine() -> dict[str, Any]:
+    """What the table was measured on."""
+    import torch
+
+    import mujou
+
+    is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    commit = _git("rev-parse", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "mujou"))
+    return {
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "usable_cpus": usable,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "gil": "enabled" if is_gil_enabled is None or is_gil_enabled() else "disabled",
+        "torch": torch.__version__,
+        "torch_threads": 1,
+        "mujou": mujou.__version__,
+        "commit": commit,
+        "mujou_modified": dirty,
+        "holoscan": _version("holoscan-cu12") or _version("holoscan"),
+        "ezmsg": _version("ezmsg"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+# -- medians and targets ---------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """The runs of one system × workload and their medians."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None  # why it was not run
+
+    @property
+    def ok_runs(self) -> list[dict[str, Any]]:
+        return [run["metrics"] for run in self.runs if run.get("ok")]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.runs) and not self.ok_runs
+
+    def error(self) -> str:
+        errors = [run.get("error", "") for run in self.runs if not run.get("ok")]
+        return errors[0] if errors else ""
+
+    def median(self) -> dict[str, float]:
+        runs = self.ok_runs
+        if not runs:
+            return {}
+        keys = [key for key, value in runs[0].items() if isinstance(value, int | float)]
+        result: dict[str, float] = {}
+        for key in keys:
+            values = [float(run[key]) for run in runs if not math.isnan(float(run[key]))]
+            result[key] = statistics.median(values) if values else math.nan
+        return result
+
+
+Results = dict[tuple[str, str], Outcome]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    measured: str
+    peers: str
+    met: bool | None  # None: not measured
+
+
+def _fleet(results: Results, system: str, n: int) -> dict[str, float]:
+    outcome = results.get((system, f"fleet-{n}"))
+    return outcome.median() if outcome else {}
+
+
+def _best_fleet_peer(results: Results, n: int, systems: list[str]) -> str:
+    best: tuple[float, float, str] | None = None
+    for system in systems:
+        if system in (MUJOU_1, MUJOU_2):
+            continue
+        m = _fleet(results, system, n)
+        if m:
+            key = (-m["share"], m["lateness_p99_ms"], system)
+            best = key if best is None or key < best else best
+    if best is None:
+        return "—"
+    return f"{best[2]}: {-best[0]:.3f} / {_ms(best[1])}"
+
+
+def _best_rate_peer(results: Results, systems: list[str]) -> tuple[str, float]:
+    best = ("—", 0.0)
+    for system in systems:
+        if system in (MUJOU_1, MUJOU_2):
+            continue
+        outcome = results.get((system, "dispatch"))
+        m = outcome.median() if outcome else {}
+        if m and m["updates_per_second"] > best[1]:
+            best = (system, m["updates_per_second"])
+    return best
+
+
+def targets(results: Results, systems: list[str]) -> list[Target]:
+    """The targets of the issue, each met or not by this run's medians."""
+    found: list[Target] = []
+    for system in (MUJOU_1, MUJOU_2):
+        m = _fleet(results, system, 100)
+        found.append(
+            Target(
+                f"Fleet N=100 ({system.split(', ')[1]}): every update made, p99 lateness ≤ 1 ms",
+                f"{m['share']:.4f} / {_ms(m['lateness_p99_ms'])}" if m else "—",
+                _best_fleet_peer(results, 100, systems),
+                (m["made"] >= m["due"] and m["lateness_p99_ms"] <= 1.0) if m else None,
+            )
+        )
+    for system in (MUJOU_1, MUJOU_2):
+        m = _fleet(results, system, 1000)
+        found.append(
+            Target(
+                f"Fleet N=1000 ({system.split(', ')[1]}): ≥ 0.98 of the updates made, p99 lateness ≤ 20 ms",
+                f"{m['share']:.3f} / {_ms(m['lateness_p99_ms'])}" if m else "—",
+                _best_fleet_peer(results, 1000, systems),
+                (m["share"] >= 0.98 and m["lateness_p99_ms"] <= 20.0) if m else None,
+            )
+        )
+    peer, rate = _best_rate_peer(results, systems)
+    peer_text = f"{peer}: {_rate(rate)}" if rate else "—"
+    for workload, label, floor in (
+        ("dispatch-virtual", "virtual timer", 400_000),
+        ("dispatch", "real-time timer", 300_000),
+    ):
+        outcome = results.get((MUJOU_1, workload))
+        m = outcome.median() if outcome else {}
+        value = m.get("updates_per_second")
+        ratio = f" ({value / rate:.2f}× the best peer)" if value and rate else ""
+        found.append(
+            Target(
+                f"Empty updates, {label}, one worker: ≥ {floor:,} per second",
+                f"{_rate(value)}{ratio}" if value else "—",
+                peer_text,
+                (value >= floor) if value else None,
+            )
+        )
+    outcome = results.get((MUJOU_1, "idle"))
+    m = outcome.median() if outcome else {}
+    peers = [
+        f"{system}: {results[(system, 'idle')].median()['cpu_percent']:.2f} %"
+        for system in systems
+        if system not in (MUJOU_1, MUJOU_2)
+        and (system, "idle") in results
+        and results[(system, "idle")].median()
+    ]
+    found.append(
+        Target(
+            "One idle node at 100 Hz: ≤ 0.5 % of a core",
+            f"{m['cpu_percent']:.2f} %" if m else "—",
+            "; ".join(peers) or "—",
+            (m["cpu_percent"] <= 0.5) if m else None,
+        )
+    )
+    slower: list[str] = []
+    compared = 0
+    for n in FLEET_SIZES:
+        one, two = _fleet(results, MUJOU_1, n), _fleet(results, MUJOU_2, n)
+        if not (one and two):
+            continue
+        compared += 1
+        if two["share"] < one["share"] - 0.01 or two["lateness_p99_ms"] > 1.1 * one["lateness_p99_ms"] + 0.5:
+            slower.append(
+                f"N={n}: {two['share']:.3f} / {_ms(two['lateness_p99_ms'])} vs "
+                f"{one['share']:.3f} / {_ms(one['lateness_p99_ms'])}"
+            )
+    found.append(
+        Target(
+            "workers=2 never slower than workers=1 on the fleet",
+            "slower at " + "; ".join(slower) if slower else f"not slower at any of {compared} sizes",
+            "—",
+            (not slower) if compared else None,
+        )
+    )
+    return found
+
+
+# -- the tables ------------------------------------------------------------------------------
+
+
+def _ms(value: float) -> str:
+    if math.isnan(value):
+        return "—"
+    if value >= 100:
+        return f"{value:,.0f} ms"
+    if value >= 10:
+        return f"{value:.1f} ms"
+    return f"{value:.2f} ms"
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{round(value, -3):,.0f}" if value >= 10_000 else f"{value:,.0f}"
+
+
+def _cell(results: Results, system: str, workload: str, unavailable: dict[str, str]) -> str:
+    if system in unavailable:
+        return unavailable[system]
+    outcome = results.get((system, workload))
+    if outcome is None:
+        if workload.startswith("fleet-") and int(workload[6:]) > PEER_MAX_N.get(system, 10**9):
+            return NOT_RUN_LARGE
+        return "—"
+    if outcome.note:
+        return outcome.note
+    if outcome.failed:
+        return "did not finish" if "did not finish" in outcome.error() else "failed"
+    m = outcome.median()
+    partial = "" if len(outcome.ok_runs) == len(outcome.runs) else " (some runs failed)"
+    if workload.startswith("fleet-"):
+        return f"{m['share']:.3f} / {_ms(m['lateness_p99_ms'])}{partial}"
+    if workload.startswith("dispatch"):
+        return _rate(m["updates_per_second"]) + partial
+    if workload == "echo":
+        return (
+            f"{m['round_trips_per_second']:,.0f} / s, "
+            f"{_ms(m['latency_p50_ms'])} / {_ms(m['latency_p99_ms'])}{partial}"
+        )
+    return f"{m['cpu_percent']:.2f} %{partial}"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(
+    info: dict[str, Any],
+    *,
+    results: Results,
+    systems: list[str],
+    unavailable: dict[str, str],
+    durations: Durations,
+    command: str,
+) -> str:
+    lines = ["# Mujou benchmarks", ""]
+    commit = info["commit"][:12] + (" (mujou/ modified)" if info["mujou_modified"] else "")
+    peers = ", ".join(
+        f"{name} {info[key]}" for name, key in (("Holoscan", "holoscan"), ("ezmsg", "ezmsg")) if info[key]
+    )
+    lines += [
+        f"Measured {info['date']} on {info['cpu']}, {info['cpus']} CPUs ({info['usable_cpus']} usable), "
+        f"{info['platform']}; {info['implementation']} {info['python']} (GIL {info['gil']}), "
+        f"torch {info['torch']} (1 thread), Mujou {info['mujou']} at {commit}"
+        + (f"; {peers}" if peers else "")
+        + ".",
+        "",
+        f"`{command}`: each figure is the median of {durations.repeats} run(s), each in a fresh "
+        f"process; the fleet runs {durations.fleet:g} s ({durations.fleet_largest:g} s at "
+        f"N=10,000); a process still running after {durations.limit:g} s did not finish. Fleet "
+        "cells: share of the updates made / p99 lateness (update start minus due time). Every "
+        "update computes `y = tanh(W @ x)` (16×16) on the latest output of the previous node "
+        "of a ring, period 10 ms.",
+        "",
+    ]
+    header = [
+        "system",
+        *(f"N={n:,}" for n in durations.sizes),
+        "empty updates / s (N=100, no wait, 1 worker)",
+        "host round trips (1 kHz echo): rate, p50 / p99",
+        "one idle 100 Hz node: CPU",
+    ]
+    lines += [_row(header), _row(["---"] * len(header))]
+    for system in systems:
+        if system == MUJOU_1:
+            dispatch = (
+                f"{_cell(results, system, 'dispatch', unavailable)} (real-time), "
+                f"{_cell(results, system, 'dispatch-virtual', unavailable)} (virtual)"
+            )
+        else:
+            dispatch = _cell(results, system, "dispatch", unavailable)
+        lines.append(
+            _row(
+                [
+                    system,
+                    *(_cell(results, system, f"fleet-{n}", unavailable) for n in durations.sizes),
+                    dispatch,
+                    _cell(results, system, "echo", unavailable),
+                    _cell(results, system, "idle", unavailable),
+                ]
+            )
+        )
+    lines += ["", "## Targets", ""]
+    lines += [_row(["target", "Mujou", "the peers, same run", "met"]), _row(["---"] * 4)]
+    for target in targets(results, systems):
+        met = "not measured" if target.met is None else "met" if target.met else "**not met**"
+        lines.append(_row([target.name, target.measured, target.peers, met]))
+    lines += [
+        "",
+        "workers=2 counts as slower when it makes a share of the updates lower by more than "
+        "0.01, or has a p99 lateness above 1.1 × that of workers=1 + 0.5 ms, at any N.",
+        "",
+        "## The fleet in detail",
+        "",
+        _row(["system", "N", "share made", "p50", "p99", "max", "process CPU", "runs"]),
+        _row(["---"] * 8),
+    ]
+    for n in durations.sizes:
+        for system in systems:
+            outcome = results.get((system, f"fleet-{n}"))
+            if outcome is None or system in unavailable:
+                continue
+            m = outcome.median()
+            if not m:
+                lines.append(
+                    _row([system, f"{n:,}", _cell(results, system, f"fleet-{n}", unavailable)] + [""] * 5)
+                )
+                continue
+            lines.append(
+                _row(
+                    [
+                        system,
+                        f"{n:,}",
+                        f"{m['share']:.3f}",
+                        _ms(m["lateness_p50_ms"]),
+                        _ms(m["lateness_p99_ms"]),
+                        _ms(m["lateness_max_ms"]),
+                        f"{m['cpu_percent']:.0f} %",
+                        f"{len(outcome.ok_runs)}/{len(outcome.runs)}",
+                    ]
+                )
+            )
+    return "\n".join(lines) + "\n"
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="one short repeat (under 3 minutes)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results", help="where to write the results")
+    parser.add_argument("--repeats", type=int, help="repeats of each measurement (default 3, --quick 1)")
+    parser.add_argument("--only", help="comma-separated workloads to run (fleet-100,dispatch,echo,...)")
+    parser.add_argument("--systems", help="comma-separated: mujou,asyncio,threads,heap_pool,holoscan,ezmsg")
+    args = parser.parse_args(argv)
+    durations = QUICK if args.quick else FULL
+    if args.repeats:
+        durations = Durations(**{**durations.__dict__, "repeats": args.repeats})
+    systems = list(SYSTEMS)
+    if args.systems:
+        wanted = set(args.systems.split(","))
+        systems = [system for system in systems if MODULE_OF[system] in wanted]
+    command = "python bench/run.py" + (" --quick" if args.quick else "")
+    args.out.mkdir(parents=True, exist_ok=True)
+    jsonl, md = args.out / "results.jsonl", args.out / "results.md"
+
+    info = machine()
+    unavailable: dict[str, str] = {}
+    for system in systems:
+        if system in PEERS:
+            why = probe(system)
+            if why is not None:
+                unavailable[system] = "not installable here"
+                print(f"{system}: not available ({why})", file=sys.stderr)
+    info["unavailable"] = {system: why for system, why in unavailable.items()}
+    runnable = [system for system in systems if system not in unavailable]
+    cases = plan(durations, runnable)
+    if args.only:
+        cases = [case for case in cases if case.workload in set(args.only.split(","))]
+
+    results: Results = {}
+    began = time.perf_counter()
+    with jsonl.open("w") as out:
+        out.write(json.dumps({"type": "machine", **info}) + "\n")
+        for repeat in range(durations.repeats):
+            for case in cases:
+                key = (case.system, case.workload)
+                outcome = results.setdefault(key, Outcome())
+                if _skip(results, case):
+                    continue
+                result = measure(case)
+                outcome.runs.append(result)
+                record = {
+                    "type": "run",
+                    "system": case.system,
+                    "workload": case.workload,
+                    "params": case.params,
+                    "repeat": repeat,
+                    **result,
+                }
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                elapsed = time.perf_counter() - began
+                shown = _cell(results, case.system, case.workload, {})
+                step = f"{repeat + 1}/{durations.repeats}"
+                print(f"[{elapsed:5.0f} s] {step} {case.system:40} {case.workload:17} {shown}", flush=True)
+        for (system, workload), outcome in results.items():
+            out.write(
+                json.dumps(
+                    {
+                        "type": "median",
+                        "system": system,
+                        "workload": workload,
+                        "runs": len(outcome.runs),
+                        "ok": len(outcome.ok_runs),
+                        "metrics": outcome.median(),
+                        "error": outcome.error() or None,
+                    }
+                )
+                + "\n"
+            )
+        for target in targets(results, runnable):
+            out.write(json.dumps({"type": "target", **target.__dict__}) + "\n")
+    text = markdown(
+        info, results=results, systems=systems, unavailable=unavailable, durations=durations, command=command
+    )
+    md.write_text(text)
+    print()
+    print(text)
+    print(f"written: {jsonl} and {md} ({time.perf_counter() - began:.0f} s)")
+    return 0
+
+
+def _skip(results: Results, case: Case) -> bool:
+    """Whether not to run this case: it failed in an earlier repeat, or a smaller fleet failed."""
+    outcome = results[(case.system, case.workload)]
+    if outcome.runs and outcome.failed:
+        return True  # a run that did not finish once is not tried again
+    if any(run["wall_seconds"] > SLOW for run in outcome.runs if run.get("ok")):
+        return True  # its set-up is too slow to repeat within the time budget
+    if case.function == "fleet":
+        for n in FLEET_SIZES:
+            if n >= case.params["n"]:
+                break
+            smaller = results.get((case.system, f"fleet-{n}"))
+            if smaller is not None and smaller.failed:
+                outcome.note = f"not run (N={n:,} did not finish)"
+                return True
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
