@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ._node import Node
 
 Watcher = Callable[[torch.Tensor], None]
+_get_ident = threading.get_ident
 
 
 def _bound_port(node: object, attr: str) -> _Port:
@@ -139,8 +140,11 @@ class Output(_Port):
     def __get__(self, node: object, owner: type | None = None) -> Output:
         if node is None:
             return self
-        port = _bound_port(node, self._attr)
-        assert isinstance(port, Output)
+        try:  # the fast path: this runs at every use of a port in a hook
+            port: Output = vars(node)["_mujou"].ports[self._attr]
+        except KeyError:
+            _bound_port(node, self._attr)  # raises the clear error
+            raise
         return port
 
     def _bound_copy(self, node: Node) -> Output:
@@ -159,13 +163,16 @@ class Output(_Port):
             TypeError: ``value`` is not a tensor.
             RuntimeError: called outside the node's hooks.
         """
-        node = self._check_hook_thread("send")
+        node = self._node
+        if node is None or node._mujou.hook_thread != _get_ident():
+            node = self._check_hook_thread("send")
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"port {self.name!r} sends torch.Tensor messages, got {type(value).__name__}")
         core = node._mujou
         engine = core.engine
         assert engine is not None, "a node in a hook is in a run"
-        value = value.detach()
+        if value.requires_grad:
+            value = value.detach()
         if self._route is Route.DEVICE and value.device == core.device:
             # cuda.send-stays-on-device: copied on the node's stream, which is waited for
             # before any reader can see the copy.
@@ -177,8 +184,10 @@ class Output(_Port):
             with torch.cuda.stream(own):
                 message = value.clone()
             own.synchronize()
-        else:
+        elif value.is_cuda:
             message = value.to("cpu", copy=True)  # cuda.host-memory-route
+        else:
+            message = value.clone()
         engine.publish(self, message)
 
 
@@ -201,8 +210,11 @@ class Input(_Port):
     def __get__(self, node: object, owner: type | None = None) -> Input:
         if node is None:
             return self
-        port = _bound_port(node, self._attr)
-        assert isinstance(port, Input)
+        try:  # the fast path: this runs at every use of a port in a hook
+            port: Input = vars(node)["_mujou"].ports[self._attr]
+        except KeyError:
+            _bound_port(node, self._attr)  # raises the clear error
+            raise
         return port
 
     def _bound_copy(self, node: Node) -> Input:
@@ -232,7 +244,9 @@ class Input(_Port):
         The message is shared with the other readers: do not change it in place (clone it
         first). Called from the hooks of this port's node only. See :ref:`ports.read-latest`.
         """
-        node = self._check_hook_thread("read")
+        node = self._node
+        if node is None or node._mujou.hook_thread != _get_ident():
+            node = self._check_hook_thread("read")
         message = self._message()
         if message is None:
             return None

@@ -45,6 +45,12 @@ if TYPE_CHECKING:
     from ._ports import Input, _Port
 
 START, RESTORE, STATE, STOP = "start", "restore", "state", "stop"
+# Bound once: they run around every hook.
+_get_ident = threading.get_ident
+_perf_counter = time.perf_counter
+_is_grad_enabled = torch.is_grad_enabled
+_is_inference_mode_enabled = torch.is_inference_mode_enabled
+_initial_seed = torch.default_generator.initial_seed
 _T = TypeVar("_T")
 _HOOK_OF_JOB = {START: "on_start", RESTORE: "load_state_dict", STATE: "state_dict", STOP: "on_stop"}
 
@@ -586,7 +592,9 @@ class Engine:
             self._work.notify_all()
         elif not slot.dedicated:
             self._heap.push(slot.due, slot.index)
-        if self._busy == 0 and (self.clock.virtual or self._paused):
+        # Wake the host only when it has something to do: it waits for no update to be
+        # running (a state_dict) or, under the virtual timer, for the batch to be done.
+        if self._busy == 0 and (self._paused or (self.clock.virtual and self._quiescent())):
             self._host.notify_all()
 
     def _finish_job(self, slot: Slot, job: Job) -> None:
@@ -609,24 +617,32 @@ class Engine:
 
     def _update(self, slot: Slot, start: float) -> None:
         """One update of ``slot``'s node that started at ``start`` (no lock held)."""
-        lateness = start - slot.due
+        period = slot.period
+        following = slot.slot + 1
+        lateness = start - slot.slot * period  # due_time(slot.slot, period), inlined
+        if following * period < start:  # more than a period late: skip (sched.skip)
+            following, skipped = next_slot(slot.slot, period, start)
+            slot.skipped += skipped
+        slot.slot = following
         dt = start - slot.last
         slot.last = start
-        slot.slot, skipped = next_slot(slot.slot, slot.period, start)
         slot.updates += 1
-        slot.skipped += skipped
         slot.dt_sum += dt
-        slot.dt_min = min(slot.dt_min, dt)
-        slot.dt_max = max(slot.dt_max, dt)
-        slot.lateness_max = max(slot.lateness_max, lateness)
-        if len(slot.lateness) < LATENESS_WINDOW:
-            slot.lateness.append(lateness)
+        if dt < slot.dt_min:
+            slot.dt_min = dt
+        if dt > slot.dt_max:
+            slot.dt_max = dt
+        if lateness > slot.lateness_max:
+            slot.lateness_max = lateness
+        window = slot.lateness
+        if len(window) < LATENESS_WINDOW:
+            window.append(lateness)
         else:
-            slot.lateness[slot.lateness_next] = lateness
+            window[slot.lateness_next] = lateness
             slot.lateness_next = (slot.lateness_next + 1) % LATENESS_WINDOW
-        slot.now = (start, dt, lateness)
+        if self.trace is not None:
+            slot.now = (start, dt, lateness)
         _, exc = self._call(slot, "on_update", slot.node.on_update, dt)
-        slot.now = None
         if exc is not None:
             with self._lock:
                 self._fail(slot, "on_update", start, exc)
@@ -649,9 +665,12 @@ class Engine:
     def _call(
         self, slot: Slot, hook: str, fn: Callable[..., Any], *args: Any
     ) -> tuple[Any, BaseException | None]:
-        """The only place hooks are called: in the node's context, with the checks around it."""
+        """The only place hooks are called: in the node's context, with the checks around it.
+
+        This runs for every update: keep it to the checks the spec asks for.
+        """
         core = slot.core
-        thread = threading.get_ident()
+        thread = _get_ident()
         core.hook_thread = thread
         streams = core.streams
         restore_host: Callable[[], None] | None = None
@@ -661,11 +680,13 @@ class Engine:
             restore_host = streams.make_current(keep=not in_hook_thread())
             if hook == "state_dict":
                 streams.wait()  # cuda.wait-state-dict: before, and after below
-        grad = torch.is_grad_enabled()
-        inference = torch.is_inference_mode_enabled()
-        self._observe_seed(None)
-        self._active[thread] = (slot, hook)
-        began = time.perf_counter()
+        grad = _is_grad_enabled()
+        inference = _is_inference_mode_enabled()
+        if _initial_seed() != self._seen_seed:
+            self._observe_seed(None)
+        active = self._active
+        active[thread] = (slot, hook)
+        began = _perf_counter()
         try:
             if _profiler.__dict__.get("_is_profiler_enabled", False):
                 with torch.profiler.record_function(f"{slot.name}.{hook}"):
@@ -680,20 +701,22 @@ class Engine:
         except BaseException as exc:
             return None, exc
         finally:
-            ended = time.perf_counter()
+            ended = _perf_counter()
             slot.busy_seconds += ended - began
             if restore_host is not None:
                 restore_host()
             if self.trace is not None:
                 self.trace.record(slot.name, hook, began, ended, slot.now if hook == "on_update" else None)
-            del self._active[thread]
+            del active[thread]
             core.hook_thread = 0
-            core.reads.clear()
-            if torch.is_grad_enabled() != grad:
+            if core.reads:
+                core.reads.clear()
+            if _is_grad_enabled() != grad:
                 self._warn_setting(slot, hook, "grad mode", "torch.no_grad()")
-            if torch.is_inference_mode_enabled() != inference:
+            if _is_inference_mode_enabled() != inference:
                 self._warn_setting(slot, hook, "inference mode", "torch.inference_mode()")
-            self._observe_seed((slot, hook))
+            if _initial_seed() != self._seen_seed:
+                self._observe_seed((slot, hook))
 
     def _observe_seed(self, ended: tuple[Slot, str] | None) -> None:
         """Notice a change of torch's global seed, and name the hooks that may have made it.
