@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -73,7 +74,7 @@ FULL = Durations(
 QUICK = Durations(
     (10, 100, 1000), fleet=2.0, fleet_largest=1.0, dispatch=1.0, echo=1.0, idle=2.0, repeats=1, limit=30.0
 )
-SLOW = 30.0  # a run that took longer than this (set-up) is not repeated: its one run is its median
+SLOW = 20.0  # a run that took longer than this (set-up) is not repeated: its one run is its median
 
 
 # Peers whose set-up alone is too slow to run the largest fleet here (measured on 2 cores:
@@ -245,6 +246,15 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+def mujou_source() -> str:
+    """A hash of the mujou package's source: to notice a change during a run."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "mujou").glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def machine() -> dict[str, Any]:
     """What the table was measured on."""
     import torch
@@ -268,6 +278,8 @@ def machine() -> dict[str, Any]:
         "mujou": mujou.__version__,
         "commit": commit,
         "mujou_modified": dirty,
+        "mujou_file": mujou.__file__,
+        "mujou_source": mujou_source(),
         "holoscan": _version("holoscan-cu12") or _version("holoscan"),
         "ezmsg": _version("ezmsg"),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -448,6 +460,19 @@ def _rate(value: float | None) -> str:
     return "—" if value is None else f"{round(value, -3):,.0f}" if value >= 10_000 else f"{value:,.0f}"
 
 
+def _format(workload: str, m: dict[str, Any]) -> str:
+    """One cell's figures: a run's metrics or their medians."""
+    if workload.startswith("fleet-"):
+        return f"{m['share']:.3f} / {_ms(m['lateness_p99_ms'])}"
+    if workload.startswith("dispatch"):
+        return _rate(m["updates_per_second"])
+    if workload == "echo":
+        return (
+            f"{m['round_trips_per_second']:,.0f} / s, {_ms(m['latency_p50_ms'])} / {_ms(m['latency_p99_ms'])}"
+        )
+    return f"{m['cpu_percent']:.2f} %"
+
+
 def _cell(results: Results, system: str, workload: str, unavailable: dict[str, str]) -> str:
     if system in unavailable:
         return unavailable[system]
@@ -460,18 +485,10 @@ def _cell(results: Results, system: str, workload: str, unavailable: dict[str, s
         return outcome.note
     if outcome.failed:
         return "did not finish" if "did not finish" in outcome.error() else "failed"
-    m = outcome.median()
-    partial = "" if len(outcome.ok_runs) == len(outcome.runs) else " (some runs failed)"
-    if workload.startswith("fleet-"):
-        return f"{m['share']:.3f} / {_ms(m['lateness_p99_ms'])}{partial}"
-    if workload.startswith("dispatch"):
-        return _rate(m["updates_per_second"]) + partial
-    if workload == "echo":
-        return (
-            f"{m['round_trips_per_second']:,.0f} / s, "
-            f"{_ms(m['latency_p50_ms'])} / {_ms(m['latency_p99_ms'])}{partial}"
-        )
-    return f"{m['cpu_percent']:.2f} %{partial}"
+    ok, runs = len(outcome.ok_runs), len(outcome.runs)
+    if ok < runs:
+        return f"{_format(workload, outcome.median())} ({ok} of {runs} runs; the rest did not finish)"
+    return _format(workload, outcome.median())
 
 
 def _row(cells: list[str]) -> str:
@@ -499,6 +516,15 @@ def markdown(
         + (f"; {peers}" if peers else "")
         + ".",
         "",
+        *(
+            [
+                f"**mujou/ changed during this run ({len(info['mujou_sources'])} versions): the "
+                "figures mix versions; run it again.**",
+                "",
+            ]
+            if len(info.get("mujou_sources", [])) > 1
+            else []
+        ),
         f"`{command}`: each figure is the median of {durations.repeats} run(s), each in a fresh "
         f"process; the fleet runs {durations.fleet:g} s ({durations.fleet_largest:g} s at "
         f"N=10,000); a process still running after {durations.limit:g} s did not finish. Fleet "
@@ -625,7 +651,9 @@ def main(argv: list[str] | None = None) -> int:
                 outcome = results.setdefault(key, Outcome())
                 if _skip(results, case):
                     continue
+                source = mujou_source()
                 result = measure(case)
+                result["mujou_source"] = source
                 outcome.runs.append(result)
                 record = {
                     "type": "run",
@@ -638,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.write(json.dumps(record) + "\n")
                 out.flush()
                 elapsed = time.perf_counter() - began
-                shown = _cell(results, case.system, case.workload, {})
+                shown = _format(case.workload, result["metrics"]) if result["ok"] else result["error"]
                 step = f"{repeat + 1}/{durations.repeats}"
                 print(f"[{elapsed:5.0f} s] {step} {case.system:40} {case.workload:17} {shown}", flush=True)
         for (system, workload), outcome in results.items():
@@ -658,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         for target in targets(results, runnable):
             out.write(json.dumps({"type": "target", **target.__dict__}) + "\n")
+    sources = {run.get("mujou_source") for outcome in results.values() for run in outcome.runs}
+    info["mujou_sources"] = sorted(str(source) for source in sources)
     text = markdown(
         info, results=results, systems=systems, unavailable=unavailable, durations=durations, command=command
     )
@@ -671,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
 def _skip(results: Results, case: Case) -> bool:
     """Whether not to run this case: it failed in an earlier repeat, or a smaller fleet failed."""
     outcome = results[(case.system, case.workload)]
-    if outcome.runs and outcome.failed:
+    if len(outcome.ok_runs) < len(outcome.runs):
         return True  # a run that did not finish once is not tried again
     if any(run["wall_seconds"] > SLOW for run in outcome.runs if run.get("ok")):
         return True  # its set-up is too slow to repeat within the time budget
