@@ -449,7 +449,7 @@ class Run:
         until = self.time + _seconds("seconds", seconds)
         self._live("sleep")
         if self._engine.clock.virtual:
-            self._engine.advance(until, lambda: False)
+            self._engine.advance(until, None)
         else:
             self._engine.wait_real(until, lambda: False)
         self._engine.flush_warnings(stacklevel=2)

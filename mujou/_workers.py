@@ -161,6 +161,7 @@ class Engine:
         self._pending = 0  # jobs the host waits for
         self._worker_stops = 0  # stop jobs of worker nodes not yet done
         self._staged: list[tuple[_Port, torch.Tensor]] = []  # virtual timer: sent, not visible
+        self._advance_until: float | None = None  # the host's sleep target, while it sleeps
         self._wakers: list[Callable[[], None]] = []  # called once when the run ends
         self.error: HookError | None = None
         self.end_time = 0.0
@@ -373,32 +374,59 @@ class Engine:
                     return False
                 self._host.wait(self.clock.real_seconds(remaining))
 
-    def advance(self, until: float | None, done: Callable[[], bool]) -> bool:
+    def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         """Virtual timer: run every update due up to ``until`` (or forever), batch by batch.
 
-        Stops early when ``done()`` is true after a batch. Returns whether it did.
-        See NOTE [ visibility under the virtual timer ] in the module docstring.
+        Stops early when ``done()`` is true after a batch. Returns whether it did. Without
+        ``done``, the thread that ends a batch starts the next one up to ``until`` itself,
+        so the host is not woken between batches.
+        See the module docstring on visibility under the virtual timer.
         """
-        clock = self.clock
         with self._lock:
-            while True:
-                while not (self._stopping or self._quiescent()):
+            self._advance_until = until if done is None else None
+            try:
+                return self._advance(until, (lambda: False) if done is None else done)
+            finally:
+                self._advance_until = None
+
+    def _advance(self, until: float | None, done: Callable[[], bool]) -> bool:
+        """The body of advance(), with the lock held."""
+        clock = self.clock
+        while True:
+            while not (self._stopping or self._quiescent()):
+                self._host.wait()
+            if self._stopping:
+                while not self._ended:
                     self._host.wait()
-                if self._stopping:
-                    while not self._ended:
-                        self._host.wait()
-                    return done()
-                self._commit()
-                if done():
-                    return True
-                due = self._next_due()
-                if until is not None and due > until:
-                    clock.virtual_now = max(clock.virtual_now, until)
-                    return False
-                if due == math.inf:
-                    raise MujouInternalError("internal error in Mujou - no node is scheduled")
-                clock.virtual_now = due
-                self._wake_all()
+                return done()
+            self._commit()
+            if done():
+                return True
+            due = self._next_due()
+            if until is not None and due > until:
+                clock.virtual_now = max(clock.virtual_now, until)
+                return False
+            if due == math.inf:
+                raise MujouInternalError("internal error in Mujou - no node is scheduled")
+            clock.virtual_now = due
+            self._wake_all()
+
+    def _next_batch(self) -> bool:
+        """Under the host's ``advance`` to a time, start the next batch from here if it is due.
+
+        Called with the lock held by the thread that ended a batch: it does what the host
+        would (commit, then move time to the next due update), without waking the host.
+        """
+        until = self._advance_until
+        if until is None or self._stopping:
+            return False
+        due = self._next_due()
+        if due > until:
+            return False
+        self._commit()
+        self.clock.virtual_now = due
+        self._wake_all()
+        return True
 
     def _quiescent(self) -> bool:
         now = self.clock.virtual_now
@@ -499,7 +527,7 @@ class Engine:
                 if slot is None:
                     self._thread_exited()
                     return
-            began = time.perf_counter()
+            before = slot.busy_seconds  # _call measures each hook's time there
             if job is None:
                 self._update(slot, start)
                 finished = slot
@@ -507,7 +535,7 @@ class Engine:
                 self._run_job(slot, job)
                 with self._lock:
                     self._finish_job(slot, job)
-            busy[number] += time.perf_counter() - began
+            busy[number] += slot.busy_seconds - before
             del slot, job  # drop the references while idle, as concurrent.futures does
 
     def _next_for_worker(self) -> tuple[Slot | None, Job | None, float]:
@@ -594,7 +622,9 @@ class Engine:
             self._heap.push(slot.due, slot.index)
         # Wake the host only when it has something to do: it waits for no update to be
         # running (a state_dict) or, under the virtual timer, for the batch to be done.
-        if self._busy == 0 and (self._paused or (self.clock.virtual and self._quiescent())):
+        if self._busy == 0 and (
+            self._paused or (self.clock.virtual and self._quiescent() and not self._next_batch())
+        ):
             self._host.notify_all()
 
     def _finish_job(self, slot: Slot, job: Job) -> None:
