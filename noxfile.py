@@ -73,6 +73,20 @@ def examples(session: nox.Session) -> None:
 
 
 @nox.session
+def bench(session: nox.Session) -> None:
+    """Mujou and its peers side by side (see bench/RESULTS.md): about 13 minutes on 2 cores.
+
+    ``nox -s bench -- --quick`` takes under 3 minutes. The results go to bench-results/.
+    """
+    _install(session, "test")
+    # The peers where they install (the table says "not installable here" otherwise); the
+    # CUDA runtime wheel lets Holoscan load on a machine without a GPU.
+    session.install("ezmsg", success_codes=[0, 1])
+    session.install("holoscan", "nvidia-cuda-runtime-cu12", success_codes=[0, 1])
+    session.run("python", "bench/run.py", *session.posargs)
+
+
+@nox.session
 def gpu(session: nox.Session) -> None:
     """The CUDA tests, on a machine with a GPU: installs torch's default (CUDA) build."""
     session.install("torch")
