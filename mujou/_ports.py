@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import torch
 
@@ -49,6 +49,17 @@ class _Port:
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._attr = name
+
+    def __get__(self, node: object, owner: type | None = None) -> Self:
+        """On the class, the declared port; on a node, that node's own copy (ports.declare)."""
+        if node is None:
+            return self
+        try:  # the fast path: this runs at every use of a port in a hook
+            port: Self = vars(node)["_mujou"].ports[self._attr]
+        except KeyError:
+            _bound_port(node, self._attr)  # raises the clear error
+            raise
+        return port
 
     def __set__(self, node: object, value: object) -> None:
         raise AttributeError(
@@ -137,16 +148,6 @@ class Output(_Port):
         self._readers: list[Input] = []
         self._route = Route.HOST  # planned when a run starts
 
-    def __get__(self, node: object, owner: type | None = None) -> Output:
-        if node is None:
-            return self
-        try:  # the fast path: this runs at every use of a port in a hook
-            port: Output = vars(node)["_mujou"].ports[self._attr]
-        except KeyError:
-            _bound_port(node, self._attr)  # raises the clear error
-            raise
-        return port
-
     def _bound_copy(self, node: Node) -> Output:
         port = super()._bound_copy(node)
         assert isinstance(port, Output)
@@ -206,16 +207,6 @@ class Input(_Port):
             raise TypeError(f"optional must be a bool, got {type(optional).__name__}: {optional!r}")
         self._optional = optional
         self._source: Output | None = None
-
-    def __get__(self, node: object, owner: type | None = None) -> Input:
-        if node is None:
-            return self
-        try:  # the fast path: this runs at every use of a port in a hook
-            port: Input = vars(node)["_mujou"].ports[self._attr]
-        except KeyError:
-            _bound_port(node, self._attr)  # raises the clear error
-            raise
-        return port
 
     def _bound_copy(self, node: Node) -> Input:
         port = super()._bound_copy(node)
