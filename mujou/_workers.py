@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 import torch.autograd.profiler as _profiler
 
+from ._cpus import gil_enabled
 from ._cuda import NodeStreams
 from ._errors import GlobalRandomWarning, HookError, LeakedSettingWarning, MujouInternalError
 from ._ports import Output
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from ._ports import Input, _Port
 
 START, RESTORE, STATE, STOP = "start", "restore", "state", "stop"
+HOLD_BACK = 0.001  # seconds in a hook after which, under the GIL, another worker takes due work
 # Bound once: they run around every hook.
 _get_ident = threading.get_ident
 _perf_counter = time.perf_counter
@@ -172,6 +174,9 @@ class Engine:
         if trace is not None:
             self.finishers.append(trace.write)
         self.worker_busy = [0.0] * workers  # real seconds each worker spent in hooks
+        # When each worker entered the update it runs (0.0: none), where workers hold back
+        # under the GIL: see NOTE [ workers under the GIL ].
+        self._in_hook = [0.0] * workers if workers > 1 and gil_enabled() else None
         self.real_start = 0.0  # perf_counter() when the timer started, 0.0 before
         self._seen_seed = torch.initial_seed()
         self._warnings: list[tuple[type[Warning], str]] = []
@@ -523,7 +528,9 @@ class Engine:
                 if finished is not None:
                     self._finish_update(finished)
                     finished = None
-                slot, job, start = self._next_for_worker()
+                    if self._in_hook is not None:
+                        self._in_hook[number] = 0.0
+                slot, job, start = self._next_for_worker(number)
                 if slot is None:
                     self._thread_exited()
                     return
@@ -538,7 +545,7 @@ class Engine:
             busy[number] += slot.busy_seconds - before
             del slot, job  # drop the references while idle, as concurrent.futures does
 
-    def _next_for_worker(self) -> tuple[Slot | None, Job | None, float]:
+    def _next_for_worker(self, number: int) -> tuple[Slot | None, Job | None, float]:
         """With the lock held, wait for the next thing a worker does; (None, ...) to exit."""
         while True:
             if self._jobs:
@@ -557,16 +564,41 @@ class Engine:
             timeout: float | None = None
             if self._running and not self._paused:
                 now = self.clock.now()
-                index = self._heap.pop_due(now)
-                if index >= 0:
-                    slot = self.slots[index]
-                    slot.busy = True
-                    self._busy += 1
-                    return slot, None, now
                 due = self._heap.next_due()
-                if not self.clock.virtual and due != math.inf:
-                    timeout = self.clock.real_seconds(due - now)
+                hold = self._hold_back(number) if due <= now and self._in_hook is not None else 0.0
+                if hold > 0.0:
+                    timeout = hold
+                else:
+                    index = self._heap.pop_due(now)
+                    if index >= 0:
+                        slot = self.slots[index]
+                        slot.busy = True
+                        self._busy += 1
+                        if self._in_hook is not None:
+                            self._in_hook[number] = _perf_counter()
+                        return slot, None, now
+                    if not self.clock.virtual and due != math.inf:
+                        timeout = self.clock.real_seconds(due - now)
             self._work.wait(timeout)
+
+    def _hold_back(self, number: int) -> float:
+        """How long worker ``number`` leaves due work to the workers in short hooks, or 0.0.
+
+        NOTE [ workers under the GIL ]: while the GIL is enabled, one thread runs Python at a
+        time, so short hooks run no faster on two workers than on one, and slower for the
+        hand-offs. A free worker therefore takes due work only when every other worker is
+        free or has been in its hook for HOLD_BACK seconds (blocked, or computing in torch
+        outside the GIL); otherwise the worker about to be free takes it.
+        """
+        assert self._in_hook is not None
+        now = _perf_counter()
+        hold = 0.0
+        for other, began in enumerate(self._in_hook):
+            if other != number and began:
+                left = HOLD_BACK - (now - began)
+                if left > 0.0 and (hold == 0.0 or left < hold):
+                    hold = left
+        return hold
 
     def _dedicated_main(self, slot: Slot) -> None:
         finished = False
