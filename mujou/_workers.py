@@ -8,11 +8,13 @@ Guarantees:
   one thread (``Slot.busy``). So its hooks never overlap, and the lock hand-off between two
   of its hooks makes each see what the previous one wrote (threads.hooks-exclusive).
 - A free worker takes a queued job first (start, restore, state, stop), else the update due
-  earliest, equal due times in registration order (threads.earliest-due-first).
+  earliest, equal due times in registration order (threads.earliest-due-first). Under the
+  GIL it may leave a due update to a worker about to be free (NOTE [ workers under the GIL ]).
 - Taking the next update and putting back the previous one is one lock acquisition.
-- Under the virtual timer, only the host moves time (``advance``), and it does so only when
-  no hook is running and nothing is due: messages sent at time t are committed then, so
-  updates due at t never see each other's messages (visibility.virtual).
+- Under the virtual timer, time moves only within the host's ``advance``, and only when no
+  hook is running and nothing is due: messages sent at time t are committed then, so updates
+  due at t never see each other's messages (visibility.virtual). The host moves it, or, while
+  the host sleeps to a set time, the thread that ends a batch does (``_next_batch``).
 - Only the GIL-independent guarantees of ``threading`` are relied on, so the engine is the
   same on free-threaded builds; messages are published by replacing one reference.
 """
