@@ -37,11 +37,11 @@ from typing import Any
 
 import pytest
 import torch
+from _support import HANG_GUARD, Bag, Plain, vt
 
 import mujou
-from mujou import Input, Net, Node, Output
+from mujou import Input, Node, Output
 
-HANG_GUARD = 30.0  # seconds; only ever reached when something hangs
 REPO_ROOT = Path(mujou.__file__).resolve().parent.parent
 
 HAS_CUDA = torch.cuda.is_available()
@@ -53,23 +53,6 @@ N = 1 << 16  # elements of a message: large enough that a half-written one shows
 SLOW = 100_000_000  # GPU clock cycles of a slow kernel: tens of milliseconds
 LONG = 1_000_000_000  # GPU clock cycles of a long kernel: half a second or more
 ROUNDS = 4
-
-
-def vt() -> mujou.VirtualTimer:
-    return mujou.VirtualTimer()
-
-
-class Bag(Net):
-    """A net holding the nodes and nets given as keywords, in that order."""
-
-    def __init__(self, **members: Node | Net) -> None:
-        super().__init__()
-        for attr, member in members.items():
-            setattr(self, attr, member)
-
-
-class Plain(Node):
-    """A node that overrides no hook."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,20 +11,10 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from _support import HANG_GUARD, Bag
 
 import mujou
-from mujou import Input, Net, Node, Output
-
-HANG_GUARD = 30.0  # seconds; only ever reached when something hangs
-
-
-class Bag(Net):
-    """A net holding the nodes given as keywords, in that order."""
-
-    def __init__(self, **members: Node | Net) -> None:
-        super().__init__()
-        for attr, member in members.items():
-            setattr(self, attr, member)
+from mujou import Input, Node, Output
 
 
 @dataclass

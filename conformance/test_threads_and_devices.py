@@ -25,29 +25,12 @@ from typing import Any
 
 import pytest
 import torch
+from _support import HANG_GUARD, Bag, Plain, vt
 
 import mujou
 from mujou import Input, Net, Node, Output
 
-HANG_GUARD = 30.0  # seconds; only ever reached when something hangs
 REPO_ROOT = Path(mujou.__file__).resolve().parent.parent
-
-
-def vt() -> mujou.VirtualTimer:
-    return mujou.VirtualTimer()
-
-
-class Bag(Net):
-    """A net holding the nodes and nets given as keywords, in that order."""
-
-    def __init__(self, **members: Node | Net) -> None:
-        super().__init__()
-        for attr, member in members.items():
-            setattr(self, attr, member)
-
-
-class Plain(Node):
-    """A node that overrides no hook."""
 
 
 def mujou_threads(prefix: str = "mujou-") -> list[str]:
