@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 PERIOD = 0.01  # the period of every node of the fleet and of the idle node (100 Hz)
 SIZE = 16  # W is SIZE × SIZE, x and y have SIZE elements
@@ -254,3 +254,37 @@ class EchoHost:
                     raise TimeoutError("the echo did not come back within 1 s")
             latencies.append(time.perf_counter() - sent)
         return latency_metrics(latencies)
+
+
+class Runner(Protocol):
+    """A thread-based system running (period, update) pairs: the heap pool, a thread per node."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def echo_on(make: Callable[[list[tuple[float, Update]]], Runner], seconds: float) -> Metrics:
+    """The echo workload on a thread-based system that ``make`` builds from its nodes."""
+    host = EchoHost()
+    runner = make([(ECHO_PERIOD, host.update)])
+    runner.start()
+    try:
+        return host.round_trips(seconds)
+    finally:
+        runner.stop()
+
+
+def idle_on(make: Callable[[list[tuple[float, Update]]], Runner], seconds: float) -> Metrics:
+    """The idle workload (one node at PERIOD) on a thread-based system that ``make`` builds."""
+    counter = Counter()
+    runner = make([(PERIOD, counter.update)])
+    runner.start()
+    time.sleep(0.2)
+    done = counter.count
+    window = Window()
+    window.start()
+    time.sleep(seconds)
+    window.stop()
+    runner.stop()
+    return idle_metrics(window.cpu, window.wall, counter.count - done)

@@ -8,17 +8,16 @@ import time
 
 from .._common import (
     DISPATCH_PERIOD,
-    ECHO_PERIOD,
     GRACE,
     PERIOD,
     Counter,
-    EchoHost,
     Metrics,
     Record,
     Update,
     Window,
+    echo_on,
     fleet_metrics,
-    idle_metrics,
+    idle_on,
     next_slot,
     ring_updates,
 )
@@ -102,24 +101,8 @@ def dispatch(n: int, seconds: float) -> Metrics:
 
 
 def echo(seconds: float) -> Metrics:
-    host = EchoHost()
-    pool = Pool([(ECHO_PERIOD, host.update)])
-    pool.start()
-    try:
-        return host.round_trips(seconds)
-    finally:
-        pool.stop()
+    return echo_on(Pool, seconds)
 
 
 def idle(seconds: float) -> Metrics:
-    counter = Counter()
-    pool = Pool([(PERIOD, counter.update)])
-    pool.start()
-    time.sleep(0.2)
-    done = counter.count
-    window = Window()
-    window.start()
-    time.sleep(seconds)
-    window.stop()
-    pool.stop()
-    return idle_metrics(window.cpu, window.wall, counter.count - done)
+    return idle_on(Pool, seconds)

@@ -6,17 +6,15 @@ import threading
 import time
 
 from .._common import (
-    ECHO_PERIOD,
     GRACE,
     PERIOD,
-    Counter,
-    EchoHost,
     Metrics,
     Record,
     Update,
     Window,
+    echo_on,
     fleet_metrics,
-    idle_metrics,
+    idle_on,
     next_slot,
     ring_updates,
 )
@@ -92,24 +90,8 @@ def fleet(n: int, seconds: float) -> Metrics:
 
 
 def echo(seconds: float) -> Metrics:
-    host = EchoHost()
-    threads = Threads([(ECHO_PERIOD, host.update)])
-    threads.start()
-    try:
-        return host.round_trips(seconds)
-    finally:
-        threads.stop()
+    return echo_on(Threads, seconds)
 
 
 def idle(seconds: float) -> Metrics:
-    counter = Counter()
-    threads = Threads([(PERIOD, counter.update)])
-    threads.start()
-    time.sleep(0.2)
-    done = counter.count
-    window = Window()
-    window.start()
-    time.sleep(seconds)
-    window.stop()
-    threads.stop()
-    return idle_metrics(window.cpu, window.wall, counter.count - done)
+    return idle_on(Threads, seconds)
