@@ -24,3 +24,14 @@ class Bag(Net):
 
 class Plain(Node):
     """A node that overrides no hook."""
+
+
+class DtRecorder(Node):
+    """Records the ``dt`` of each of its updates."""
+
+    def __init__(self, period: float) -> None:
+        super().__init__(period=period, seed=0)
+        self.dts: list[float] = []
+
+    def on_update(self, dt: float) -> None:
+        self.dts.append(dt)

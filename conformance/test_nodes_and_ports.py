@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, Plain, vt
+from _support import HANG_GUARD, Bag, DtRecorder, Plain, vt
 
 import mujou
 from mujou import Input, Net, Node, Output
@@ -277,15 +277,6 @@ def test_port_names_follow_node_names() -> None:
 
 # --------------------------------------------------------------------------------------------
 # nodes.dt
-
-
-class DtRecorder(Node):
-    def __init__(self, period: float) -> None:
-        super().__init__(period=period, seed=0)
-        self.dts: list[float] = []
-
-    def on_update(self, dt: float) -> None:
-        self.dts.append(dt)
 
 
 @pytest.mark.rule("nodes.dt")

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, Plain, vt
+from _support import HANG_GUARD, Bag, DtRecorder, Plain, vt
 
 import mujou
 from mujou import Input, Net, Node, Output
@@ -563,21 +563,12 @@ def test_hooks_of_a_node_never_overlap(timer: str) -> None:
 # threads.blocking-holds-worker
 
 
-class Counting(Node):
-    def __init__(self, period: float) -> None:
-        super().__init__(period=period, seed=0)
-        self.dts: list[float] = []
-
-    def on_update(self, dt: float) -> None:
-        self.dts.append(dt)
-
-
 @pytest.mark.rule("threads.blocking-holds-worker")
 def test_blocking_hook_holds_its_worker() -> None:
     """> A hook that blocks holds its worker meanwhile, and the other nodes' updates wait: their `dt`
     > grows."""
     blocker = BlockOnce(period=0.02)
-    other = Counting(period=0.002)
+    other = DtRecorder(period=0.002)
     with mujou.run(Bag(blocker=blocker, other=other), workers=1) as run:
         assert blocker.entered.wait(HANG_GUARD)
         blocked_at = run.time
@@ -634,7 +625,7 @@ class BlockOnceDedicated(BlockOnce):
 def test_blocking_dedicated_node_holds_no_worker() -> None:
     """> A blocking hook of a dedicated node holds no worker: the other nodes keep updating."""
     blocker = BlockOnceDedicated(period=0.01)
-    other = Counting(period=0.002)
+    other = DtRecorder(period=0.002)
     with mujou.run(Bag(blocker=blocker, other=other), workers=1) as run:
         assert blocker.entered.wait(HANG_GUARD)
         count = len(other.dts)
