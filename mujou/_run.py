@@ -223,7 +223,7 @@ def _sync_host_streams(nodes: list[Node]) -> None:
 
 def _restore_meta(engine: Engine, meta: Mapping[str, Any]) -> None:
     time = float(meta["time"])
-    engine.clock = Clock(_timer_of(engine.clock), time)
+    engine.clock.set_origin(time)
     saved_nodes: Mapping[str, Any] = meta["nodes"]
     for slot in engine.slots:
         saved = saved_nodes[slot.name]
@@ -243,12 +243,6 @@ def _restore_meta(engine: Engine, meta: Mapping[str, Any]) -> None:
             port._publish(host_to_node(message, port.node.device))
         else:
             port._publish(message.to("cpu", copy=True))
-
-
-def _timer_of(clock: Clock) -> Timer:
-    from ._timer import VirtualTimer
-
-    return VirtualTimer() if clock.virtual else RealTimeTimer(scale=clock.scale)
 
 
 @final

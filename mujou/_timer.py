@@ -69,6 +69,11 @@ class Clock:
         self._start: float | None = None  # real time does not count before the timer starts
         self.virtual_now = origin
 
+    def set_origin(self, origin: float) -> None:
+        """Start from ``origin`` instead (a restored run's time); before the timer starts."""
+        self._origin = origin
+        self.virtual_now = origin
+
     def start(self) -> None:
         """Start counting real time from now (the run's timer starts)."""
         self._start = time.monotonic()

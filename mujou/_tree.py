@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ._node import Node
 from ._ports import Input, Output, _Port
 from ._state import FORMAT_VERSION, META_KEY, cpu_copy
 from ._workers import Slot
@@ -53,7 +54,7 @@ def build_tree(slots: Sequence[Slot], states: Sequence[Any], time: float) -> dic
     tree: dict[str, Any] = {}
     nodes: dict[str, Any] = {}
     for slot, state in zip(slots, states, strict=True):
-        default = type(slot.node).state_dict is _default_state_dict()
+        default = type(slot.node).state_dict is Node.state_dict
         *parents, leaf = slot.name.split(".")
         branch = tree
         for part in parents:
@@ -72,12 +73,6 @@ def build_tree(slots: Sequence[Slot], states: Sequence[Any], time: float) -> dic
     }
     tree[META_KEY] = {"version": FORMAT_VERSION, "time": time, "nodes": nodes, "ports": ports}
     return tree
-
-
-def _default_state_dict() -> Any:
-    from ._node import Node
-
-    return Node.state_dict
 
 
 def check_tree(slots: Sequence[Slot], tree: object) -> tuple[list[str], list[Any], dict[str, Any]]:
