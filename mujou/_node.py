@@ -43,6 +43,7 @@ class NodeCore:
     __slots__ = (
         "attr",
         "context",
+        "cpu",
         "dedicated",
         "device",
         "engine",
@@ -53,6 +54,7 @@ class NodeCore:
         "ports",
         "reads",
         "seed",
+        "staged",
         "streams",
     )
 
@@ -68,6 +70,7 @@ class NodeCore:
         self.seed = seed
         self.generator = generator
         self.device = device
+        self.cpu = device.type == "cpu"
         self.dedicated = dedicated
         # Each node's hooks run in this context, which starts empty: see threads.context.
         self.context = contextvars.Context()
@@ -75,7 +78,10 @@ class NodeCore:
         self.attr = ""
         self.ports: dict[str, _Port] = {}
         self.hook_thread = 0  # the thread running a hook of this node now, else 0
-        self.reads: list[tuple[Input, torch.Tensor, int]] = []
+        self.reads: list[tuple[Input, torch.Tensor, int]] = []  # this hook's reads, checked after it
+        # Where sends go: the engine's list of messages visible at the batch's end under the
+        # virtual timer (visibility.virtual), else None (published at once). Set per run.
+        self.staged: list[tuple[_Port, torch.Tensor]] | None = None
         self.engine: Engine | None = None
         self.streams: NodeStreams | None = None  # set for the run when the node touches CUDA
 
@@ -143,7 +149,7 @@ class Node:
             generator.manual_seed(checked_seed)
         core = NodeCore(checked_period, checked_seed, generator, parsed, dedicated_thread)
         for attr, declared in _class_ports(type(self)):
-            core.ports[attr] = declared._bound_copy(self)
+            core.ports[attr] = declared._bound_copy(self, core)
         self._mujou = core
 
     # Read-only properties: see threads.node-properties.

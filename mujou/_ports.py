@@ -16,10 +16,12 @@ import torch
 from ._routing import Route
 
 if TYPE_CHECKING:
-    from ._node import Node
+    from ._node import Node, NodeCore
 
 Watcher = Callable[[torch.Tensor], None]
 _get_ident = threading.get_ident
+_Tensor = torch.Tensor
+_DEVICE = Route.DEVICE
 
 
 def _bound_port(node: object, attr: str) -> _Port:
@@ -37,11 +39,12 @@ def _bound_port(node: object, attr: str) -> _Port:
 class _Port:
     """What inputs and outputs share: a name, a node, the latest message and its watchers."""
 
-    __slots__ = ("_attr", "_latest", "_latest_version", "_node", "_watchers")
+    __slots__ = ("_attr", "_core", "_latest", "_latest_version", "_node", "_watchers")
 
     def __init__(self) -> None:
         self._attr = ""
         self._node: Node | None = None
+        self._core: NodeCore | None = None  # the node's, for the hot paths
         self._latest: torch.Tensor | None = None
         self._latest_version = 0  # the latest message's version counter when it was published
         # Replaced, never mutated, so a sender can iterate it without a lock.
@@ -67,11 +70,12 @@ class _Port:
             "ports are declared once on the class"
         )
 
-    def _bound_copy(self, node: Node) -> _Port:
+    def _bound_copy(self, node: Node, core: NodeCore) -> _Port:
         port = type(self).__new__(type(self))
         _Port.__init__(port)
         port._attr = self._attr
         port._node = node
+        port._core = core
         return port
 
     @property
@@ -148,8 +152,8 @@ class Output(_Port):
         self._readers: list[Input] = []
         self._route = Route.HOST  # planned when a run starts
 
-    def _bound_copy(self, node: Node) -> Output:
-        port = super()._bound_copy(node)
+    def _bound_copy(self, node: Node, core: NodeCore) -> Output:
+        port = super()._bound_copy(node, core)
         assert isinstance(port, Output)
         port._readers = []
         port._route = Route.HOST
@@ -164,17 +168,16 @@ class Output(_Port):
             TypeError: ``value`` is not a tensor.
             RuntimeError: called outside the node's hooks.
         """
-        node = self._node
-        if node is None or node._mujou.hook_thread != _get_ident():
-            node = self._check_hook_thread("send")
-        if not isinstance(value, torch.Tensor):
+        core = self._core
+        if core is None or core.hook_thread != _get_ident():
+            core = self._check_hook_thread("send")._mujou
+        if not isinstance(value, _Tensor):
             raise TypeError(f"port {self.name!r} sends torch.Tensor messages, got {type(value).__name__}")
-        core = node._mujou
-        engine = core.engine
-        assert engine is not None, "a node in a hook is in a run"
         if value.requires_grad:
             value = value.detach()
-        if self._route is Route.DEVICE and value.device == core.device:
+        if value.is_cpu:
+            message = value.clone()
+        elif self._route is _DEVICE and value.device == core.device:
             # cuda.send-stays-on-device: copied on the node's stream, which is waited for
             # before any reader can see the copy.
             assert core.streams is not None and core.streams.stream is not None
@@ -189,7 +192,11 @@ class Output(_Port):
             message = value.to("cpu", copy=True)  # cuda.host-memory-route
         else:
             message = value.clone()
-        engine.publish(self, message)
+        staged = core.staged
+        if staged is None:
+            self._publish(message)
+        else:
+            staged.append((self, message))
 
 
 class Input(_Port):
@@ -208,8 +215,8 @@ class Input(_Port):
         self._optional = optional
         self._source: Output | None = None
 
-    def _bound_copy(self, node: Node) -> Input:
-        port = super()._bound_copy(node)
+    def _bound_copy(self, node: Node, core: NodeCore) -> Input:
+        port = super()._bound_copy(node, core)
         assert isinstance(port, Input)
         port._optional = self._optional
         port._source = None
@@ -235,19 +242,25 @@ class Input(_Port):
         The message is shared with the other readers: do not change it in place (clone it
         first). Called from the hooks of this port's node only. See :ref:`ports.read-latest`.
         """
-        node = self._node
-        if node is None or node._mujou.hook_thread != _get_ident():
-            node = self._check_hook_thread("read")
-        message = self._message()
+        core = self._core
+        if core is None or core.hook_thread != _get_ident():
+            core = self._check_hook_thread("read")._mujou
+        port = self if self._source is None else self._source
+        message = port._latest
         if message is None:
             return None
-        core = node._mujou
+        version = message._version
+        if version != port._latest_version:
+            port._checked_latest()  # raises: changed in place after it was sent
+        if core.cpu and message.is_cpu:  # the common case, in short
+            core.reads.append((self, message, version))
+            return message
         if message.device == core.device:
             if core.streams is not None and core.streams.stream is not None:
                 # The reader's kernels use the sender's memory: keep it from being reused
                 # before they are done.
                 message.record_stream(core.streams.stream)
-            core.reads.append((self, message, message._version))
+            core.reads.append((self, message, version))
             return message
         if message.is_cuda and core.streams is not None:
             return core.streams.copy_in(message)  # cuda.copy-stream, cuda.device-to-device

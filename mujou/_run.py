@@ -505,7 +505,7 @@ class Run:
         engine = self._engine
         nodes = {}
         for slot in engine.slots:
-            recent = sorted(list(slot.lateness))
+            recent = sorted(slot.lateness)
             nodes[slot.name] = NodeStats(
                 updates=slot.updates,
                 skipped=slot.skipped,

@@ -23,22 +23,24 @@ from __future__ import annotations
 
 import contextvars
 import math
+import os
 import threading
 import time
 import warnings
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
-import torch.autograd.profiler as _profiler
 
 from ._cpus import gil_enabled
 from ._cuda import NodeStreams
 from ._errors import GlobalRandomWarning, HookError, LeakedSettingWarning, MujouInternalError
 from ._ports import Output
 from ._routing import OutputSpec, plan_routes
-from ._schedule import DueHeap, due_time, next_slot
+from ._schedule import due_time, next_slot
 from ._stats import LATENESS_WINDOW
 from ._timer import Clock
 from ._trace import TraceRecorder
@@ -49,12 +51,18 @@ if TYPE_CHECKING:
 
 START, RESTORE, STATE, STOP = "start", "restore", "state", "stop"
 HOLD_BACK = 0.001  # seconds in a hook after which, under the GIL, another worker takes due work
+BURST = 4  # worker updates due together that a worker wakes early for (NOTE [ waking for a burst ])
+MAX_LEAD = 0.0005  # seconds: the most a worker wakes early for a burst
+_yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))  # releases the GIL
 # Bound once: they run around every hook.
 _get_ident = threading.get_ident
 _perf_counter = time.perf_counter
 _is_grad_enabled = torch.is_grad_enabled
 _is_inference_mode_enabled = torch.is_inference_mode_enabled
 _initial_seed = torch.default_generator.initial_seed
+# torch.autograd.profiler's own flag, set by any thread's profiler (the C++ check is per
+# thread); .get() as it may not exist in every torch we support.
+_profiler_flags = vars(torch.autograd.profiler)
 _T = TypeVar("_T")
 _HOOK_OF_JOB = {START: "on_start", RESTORE: "load_state_dict", STATE: "state_dict", STOP: "on_stop"}
 
@@ -92,12 +100,12 @@ class Slot:
         "dt_max",
         "dt_min",
         "dt_sum",
+        "due",
         "index",
         "jobs",
         "last",
         "lateness",
         "lateness_max",
-        "lateness_next",
         "name",
         "node",
         "now",
@@ -119,6 +127,7 @@ class Slot:
         self.period = core.period
         self.dedicated = core.dedicated
         self.slot = 1  # the number of the next update; it is due at slot * period
+        self.due = 0.0  # due_time(slot, period), set when the timer starts and at each update
         self.last = 0.0  # the start time of the previous update (or of the run)
         self.busy = False
         self.started = False
@@ -132,15 +141,10 @@ class Slot:
         self.dt_min = math.inf
         self.dt_max = 0.0
         self.dt_sum = 0.0
-        self.lateness: list[float] = []  # the last LATENESS_WINDOW latenesses, as a ring
-        self.lateness_next = 0
+        self.lateness = array("d")  # the last LATENESS_WINDOW latenesses, a ring once full
         self.lateness_max = 0.0
         self.now: tuple[float, float, float] | None = None  # the running update's t, dt, lateness
         self.warned: set[str] = set()
-
-    @property
-    def due(self) -> float:
-        return due_time(self.slot, self.period)
 
 
 class Engine:
@@ -155,7 +159,9 @@ class Engine:
         self.clock = clock
         self.slots = [Slot(node, node._mujou, i, self._lock) for i, node in enumerate(nodes)]
         self._dedicated = [slot for slot in self.slots if slot.dedicated]
-        self._heap = DueHeap()
+        # Worker nodes waiting for their next update, as (due, index): earliest due first,
+        # equal due times in registration order (threads.earliest-due-first).
+        self._heap: list[tuple[float, int]] = []
         self._jobs: deque[tuple[Slot, Job]] = deque()  # one-off jobs of worker nodes
         self._running = False  # updates may start (after the start and the restore)
         self._paused = False  # the host is taking the state: no update may start
@@ -164,7 +170,7 @@ class Engine:
         self._busy = 0  # updates running now
         self._pending = 0  # jobs the host waits for
         self._worker_stops = 0  # stop jobs of worker nodes not yet done
-        self._staged: list[tuple[_Port, torch.Tensor]] = []  # virtual timer: sent, not visible
+        self._staged: list[tuple[_Port, torch.Tensor]] = []  # virtual timer: sent, not yet visible
         self._advance_until: float | None = None  # the host's sleep target, while it sleeps
         self._wakers: list[Callable[[], None]] = []  # called once when the run ends
         self.error: HookError | None = None
@@ -180,6 +186,8 @@ class Engine:
         # under the GIL: see NOTE [ workers under the GIL ].
         self._in_hook = [0.0] * workers if workers > 1 and gil_enabled() else None
         self.real_start = 0.0  # perf_counter() when the timer started, 0.0 before
+        self._lead = 0.0002  # seconds a worker wakes early for a burst: NOTE [ waking for a burst ]
+        self._spinning = False  # a worker is waiting for a burst without sleeping
         self._seen_seed = torch.initial_seed()
         self._warnings: list[tuple[type[Warning], str]] = []
         self.workers = workers
@@ -218,6 +226,7 @@ class Engine:
             core = slot.core
             core.engine = self
             core.context = contextvars.Context()  # empty at the start of each run (threads.context)
+            core.staged = self._staged if self.clock.virtual else None
             core.streams = (
                 NodeStreams(core.device, plan, slot.name) if slot.name in plan.touches_cuda else None
             )
@@ -242,9 +251,10 @@ class Engine:
         with self._lock:
             self.clock.start()
             self.real_start = time.perf_counter()
-            for slot in self.slots:  # slot.last is the origin, or the restored start
+            for slot in self.slots:  # slot.slot and slot.last are the origin's, or restored
+                slot.due = due_time(slot.slot, slot.period)
                 if not slot.dedicated:
-                    self._heap.push(slot.due, slot.index)
+                    heappush(self._heap, (slot.due, slot.index))
             self._running = True
             self._wake_all()
 
@@ -440,23 +450,18 @@ class Engine:
         return self._busy == 0 and not self._pending and self._next_due() > now
 
     def _next_due(self) -> float:
-        due = self._heap.next_due()
+        due = self._heap[0][0] if self._heap else math.inf
         for slot in self._dedicated:
             if not slot.busy and not slot.stopped:
                 due = min(due, slot.due)
         return due
 
     def _commit(self) -> None:
-        staged, self._staged = self._staged, []
+        """Publish the messages the batch sent (virtual timer; no hook runs)."""
+        staged = self._staged  # the nodes append to this list: keep it, empty
         for port, message in staged:
             port._publish(message)
-
-    def publish(self, port: _Port, message: torch.Tensor) -> None:
-        """Make ``message`` the port's latest: now, or at the end of the batch (virtual timer)."""
-        if self.clock.virtual:
-            self._staged.append((port, message))
-        else:
-            port._publish(message)
+        staged.clear()
 
     def host_write(self, port: Input, message: torch.Tensor) -> None:
         """The host's message: visible to the updates that start after this returns.
@@ -478,7 +483,7 @@ class Engine:
         if self._stopping:
             return
         self._stopping = True
-        self._heap.clear()
+        self._heap.clear()  # a worker node is put back only while the run is not stopping
         # Start and restore jobs not begun are dropped: those nodes never started.
         kept = [(slot, job) for slot, job in self._jobs if job.kind not in (START, RESTORE)]
         self._pending -= len(self._jobs) - len(kept)
@@ -549,6 +554,7 @@ class Engine:
 
     def _next_for_worker(self, number: int) -> tuple[Slot | None, Job | None, float]:
         """With the lock held, wait for the next thing a worker does; (None, ...) to exit."""
+        heap = self._heap
         while True:
             if self._jobs:
                 slot, job = self._jobs.popleft()
@@ -564,24 +570,70 @@ class Engine:
                 self._work.wait()
                 continue
             timeout: float | None = None
-            if self._running and not self._paused:
+            if self._running and not self._paused and heap:
                 now = self.clock.now()
-                due = self._heap.next_due()
-                hold = self._hold_back(number) if due <= now and self._in_hook is not None else 0.0
-                if hold > 0.0:
-                    timeout = hold
-                else:
-                    index = self._heap.pop_due(now)
-                    if index >= 0:
-                        slot = self.slots[index]
-                        slot.busy = True
-                        self._busy += 1
-                        if self._in_hook is not None:
-                            self._in_hook[number] = _perf_counter()
-                        return slot, None, now
-                    if not self.clock.virtual and due != math.inf:
+                due = heap[0][0]
+                if due > now:
+                    if not self.clock.virtual:
                         timeout = self.clock.real_seconds(due - now)
+                        if not self._spinning and self._burst_at(due):
+                            timeout -= self._lead  # NOTE [ waking for a burst ]
+                            if timeout <= 0.0:
+                                self._spin_until(due)
+                                continue
+                        self._wait_timed(timeout)
+                        continue
+                elif self._in_hook is None or (timeout := self._hold_back(number)) == 0.0:
+                    slot = self.slots[heappop(heap)[1]]
+                    slot.busy = True
+                    self._busy += 1
+                    if self._in_hook is not None:
+                        self._in_hook[number] = _perf_counter()
+                    return slot, None, now
             self._work.wait(timeout)
+
+    def _burst_at(self, due: float) -> bool:
+        """Whether BURST or more worker updates are due within ``_lead`` of ``due`` (the earliest)."""
+        heap = self._heap
+        last = due + self._lead
+        found = 0
+        todo = [0]
+        while todo:  # the heap's entries due by ``last`` form a subtree at its root
+            i = todo.pop()
+            if i < len(heap) and heap[i][0] <= last:
+                found += 1
+                if found >= BURST:
+                    return True
+                todo += (2 * i + 1, 2 * i + 2)
+        return False
+
+    def _wait_timed(self, timeout: float) -> None:
+        """Wait for work or ``timeout`` real seconds; learn how late timed wake-ups come."""
+        deadline = _perf_counter() + timeout
+        if not self._work.wait(timeout):
+            late = _perf_counter() - deadline
+            # A moving average of the last few, doubled: most wake-ups come before the lead.
+            self._lead = min(MAX_LEAD, 0.875 * self._lead + 0.125 * 2.0 * max(0.0, late))
+
+    def _spin_until(self, due: float) -> None:
+        """Wait for the timer to reach ``due`` without sleeping, the lock released meanwhile.
+
+        NOTE [ waking for a burst ]: a timed wait wakes late, by 0.05 to 0.5 ms depending on
+        the machine, and every update of a burst due at once inherits that lateness. So when
+        BURST or more worker updates are due together, one worker wakes ``_lead`` early (the
+        lateness of recent timed wake-ups, learnt in ``_wait_timed``) and yields the CPU in a
+        loop until they are due. Fewer updates sleep to their due time: a lone node's spin
+        would cost more CPU than the lateness it saves.
+        """
+        self._spinning = True
+        self._lock.release()
+        try:
+            clock = self.clock
+            while clock.now() < due:
+                _yield_cpu()
+        finally:
+            self._lock.acquire()
+            self._spinning = False
 
     def _hold_back(self, number: int) -> float:
         """How long worker ``number`` leaves due work to the workers in short hooks, or 0.0.
@@ -653,7 +705,7 @@ class Engine:
             self._queue_stop(slot)
             self._work.notify_all()
         elif not slot.dedicated:
-            self._heap.push(slot.due, slot.index)
+            heappush(self._heap, (slot.due, slot.index))
         # Wake the host only when it has something to do: it waits for no update to be
         # running (a state_dict) or, under the virtual timer, for the batch to be done.
         if self._busy == 0 and (
@@ -682,15 +734,19 @@ class Engine:
     def _update(self, slot: Slot, start: float) -> None:
         """One update of ``slot``'s node that started at ``start`` (no lock held)."""
         period = slot.period
+        lateness = start - slot.due
         following = slot.slot + 1
-        lateness = start - slot.slot * period  # due_time(slot.slot, period), inlined
-        if following * period < start:  # more than a period late: skip (sched.skip)
+        due = following * period  # due_time(following, period), inlined
+        if due < start:  # more than a period late: skip (sched.skip)
             following, skipped = next_slot(slot.slot, period, start)
             slot.skipped += skipped
+            due = following * period
         slot.slot = following
+        slot.due = due
         dt = start - slot.last
         slot.last = start
-        slot.updates += 1
+        done = slot.updates
+        slot.updates = done + 1
         slot.dt_sum += dt
         if dt < slot.dt_min:
             slot.dt_min = dt
@@ -698,12 +754,10 @@ class Engine:
             slot.dt_max = dt
         if lateness > slot.lateness_max:
             slot.lateness_max = lateness
-        window = slot.lateness
-        if len(window) < LATENESS_WINDOW:
-            window.append(lateness)
+        if done < LATENESS_WINDOW:
+            slot.lateness.append(lateness)
         else:
-            window[slot.lateness_next] = lateness
-            slot.lateness_next = (slot.lateness_next + 1) % LATENESS_WINDOW
+            slot.lateness[done % LATENESS_WINDOW] = lateness
         if self.trace is not None:
             slot.now = (start, dt, lateness)
         _, exc = self._call(slot, "on_update", slot.node.on_update, dt)
@@ -752,7 +806,7 @@ class Engine:
         active[thread] = (slot, hook)
         began = _perf_counter()
         try:
-            if _profiler.__dict__.get("_is_profiler_enabled", False):
+            if _profiler_flags.get("_is_profiler_enabled", False):
                 with torch.profiler.record_function(f"{slot.name}.{hook}"):
                     result = core.context.run(fn, *args)
             else:
