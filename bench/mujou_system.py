@@ -34,11 +34,11 @@ from ._common import (
 class RingNode(Node):
     """``y = tanh(W @ x)`` on the latest ``x`` of the previous node of the ring.
 
-    Records when each update started, on the perf_counter clock and on the run's timer (the
-    running sum of ``dt`` is the timer time at which the engine started the update). The due
-    times are worked out after the run (``record``): the slot follows Mujou's own rule
-    (sched.skip) applied to those timer times, so it is the slot the engine ran, and the hook
-    does no more bookkeeping than the baselines' updates.
+    Records when each update started (perf_counter) and its ``dt``. The due times are worked
+    out after the run (``record``): the running sum of ``dt`` is the timer time at which the
+    engine started each update, and the slot follows Mujou's own rule (sched.skip) applied to
+    those times, so it is the slot the engine ran; the hook does no more bookkeeping than the
+    baselines' updates.
     """
 
     x = Input()
@@ -49,13 +49,11 @@ class RingNode(Node):
         self.w = w
         self.zero = zero
         self.starts = array("d")
-        self.timers = array("d")
-        self.timer = 0.0  # the timer time at which the engine started the last update
+        self.dts = array("d")
 
     def on_update(self, dt: float) -> None:
         self.starts.append(time.perf_counter())
-        self.timer += dt
-        self.timers.append(self.timer)
+        self.dts.append(dt)
         x = self.x.read()
         if x is None:
             x = self.zero
@@ -64,7 +62,9 @@ class RingNode(Node):
     def record(self, into: Record) -> None:
         """Add this node's starts and due times to ``into``."""
         slot = 1
-        for start, timer in zip(self.starts, self.timers, strict=True):
+        timer = 0.0  # the timer time at which the engine started the update: the sum of dt
+        for start, dt in zip(self.starts, self.dts, strict=True):
+            timer += dt
             into.starts.append(start)
             into.dues.append(slot * PERIOD)
             slot = next_slot(slot, PERIOD, timer)

@@ -193,10 +193,13 @@ class Output(_Port):
         else:
             message = value.clone()
         staged = core.staged
-        if staged is None:
-            self._publish(message)
-        else:
+        if staged is not None:
             staged.append((self, message))
+            return
+        self._latest_version = message._version  # _publish, inlined: this runs at every send
+        self._latest = message
+        for watcher in self._watchers:
+            watcher(message)
 
 
 class Input(_Port):

@@ -1,4 +1,4 @@
-"""Due times: the fixed-rate arithmetic and the heap of worker nodes. Pure: no threads, no clock.
+"""Due times: the fixed-rate arithmetic and the queue of worker nodes. Pure: no threads, no clock.
 
 A node's k-th update (k = 1, 2, ...) is due at ``k * period`` of timer time, always computed
 that way (never by adding periods up), so that a run and its resumed copy compute the same
@@ -7,8 +7,9 @@ floating-point due times. See :ref:`sched.first-due` and :ref:`sched.fixed-rate`
 
 from __future__ import annotations
 
-import heapq
 import math
+from bisect import insort
+from heapq import heappop, heappush
 
 
 def due_time(slot: int, period: float) -> float:
@@ -39,37 +40,63 @@ def first_slot_at_or_after(time: float, period: float) -> int:
     return slot
 
 
-class DueHeap:
-    """Worker nodes waiting for their next update, earliest due first.
+class DueQueue:
+    """Worker nodes waiting for their next update: earliest due first, then registration order.
 
-    Entries are ``(due, index)``: equal due times go in registration order (the index), a
-    deterministic tie-breaker (see :ref:`threads.earliest-due-first`). Each node is in the
-    heap at most once; a node that is running is not in it.
+    Equal due times go in registration order (the node's index), a deterministic tie-breaker
+    (see :ref:`threads.earliest-due-first`). Each node is in the queue at most once; a node
+    that is running is not in it.
+
+    Nodes of one period fall due at the same instants, so the queue keeps the nodes due at
+    one time in one bucket, and a heap of the distinct due times: taking the next node is a
+    pop from a list, not a sift through a heap of every node. ``dues[0]`` is the earliest
+    due time; read it, do not change it.
     """
 
-    __slots__ = ("_heap",)
+    __slots__ = ("_buckets", "dues")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int]] = []
+        self.dues: list[float] = []  # a heap of the due times that have a bucket
+        # Each bucket holds the negated indices in ascending order: the smallest index last.
+        self._buckets: dict[float, list[int]] = {}
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return sum(len(bucket) for bucket in self._buckets.values())
 
     def push(self, due: float, index: int) -> None:
-        """Add a node that is next due at ``due``."""
-        heapq.heappush(self._heap, (due, index))
+        """Add node ``index``, next due at ``due``."""
+        bucket = self._buckets.get(due)
+        if bucket is None:
+            self._buckets[due] = [-index]
+            heappush(self.dues, due)
+        else:
+            insort(bucket, -index)
+
+    def pop(self) -> int:
+        """Remove and return the index of the earliest node; the queue must not be empty."""
+        due = self.dues[0]
+        bucket = self._buckets[due]
+        index = -bucket.pop()
+        if not bucket:
+            heappop(self.dues)
+            del self._buckets[due]
+        return index
 
     def next_due(self) -> float:
-        """The earliest due time in the heap, or infinity when it is empty."""
-        return self._heap[0][0] if self._heap else math.inf
+        """The earliest due time, or infinity when the queue is empty."""
+        return self.dues[0] if self.dues else math.inf
 
-    def pop_due(self, now: float) -> int:
-        """Remove and return the index of the earliest node if it is due at ``now``, else -1."""
-        heap = self._heap
-        if heap and heap[0][0] <= now:
-            return heapq.heappop(heap)[1]
-        return -1
+    def count_until(self, time: float, limit: int) -> int:
+        """How many nodes are due at or before ``time``, counting up to ``limit``."""
+        dues, found, todo = self.dues, 0, [0]
+        while todo and found < limit:  # the due times up to ``time`` are a subtree at the root
+            i = todo.pop()
+            if i < len(dues) and dues[i] <= time:
+                found += len(self._buckets[dues[i]])
+                todo += (2 * i + 1, 2 * i + 2)
+        return min(found, limit)
 
     def clear(self) -> None:
         """Forget every node (the run is stopping)."""
-        self._heap.clear()
+        self.dues.clear()
+        self._buckets.clear()

@@ -4,7 +4,7 @@ One lock (``Engine._lock``) guards the schedule and every node's bookkeeping bet
 hooks run outside it.
 
 Guarantees:
-- A node is in exactly one place at a time: in the due heap, queued as a job, or running on
+- A node is in exactly one place at a time: in the due queue, queued as a job, or running on
   one thread (``Slot.busy``). So its hooks never overlap, and the lock hand-off between two
   of its hooks makes each see what the previous one wrote (threads.hooks-exclusive).
 - A free worker takes a queued job first (start, restore, state, stop), else the update due
@@ -30,7 +30,6 @@ import warnings
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
-from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -40,7 +39,7 @@ from ._cuda import NodeStreams
 from ._errors import GlobalRandomWarning, HookError, LeakedSettingWarning, MujouInternalError
 from ._ports import Output
 from ._routing import OutputSpec, plan_routes
-from ._schedule import due_time, next_slot
+from ._schedule import DueQueue, due_time, next_slot
 from ._stats import LATENESS_WINDOW
 from ._timer import Clock
 from ._trace import TraceRecorder
@@ -159,9 +158,7 @@ class Engine:
         self.clock = clock
         self.slots = [Slot(node, node._mujou, i, self._lock) for i, node in enumerate(nodes)]
         self._dedicated = [slot for slot in self.slots if slot.dedicated]
-        # Worker nodes waiting for their next update, as (due, index): earliest due first,
-        # equal due times in registration order (threads.earliest-due-first).
-        self._heap: list[tuple[float, int]] = []
+        self._due = DueQueue()  # worker nodes waiting for their next update
         self._jobs: deque[tuple[Slot, Job]] = deque()  # one-off jobs of worker nodes
         self._running = False  # updates may start (after the start and the restore)
         self._paused = False  # the host is taking the state: no update may start
@@ -185,6 +182,8 @@ class Engine:
         # When each worker entered the update it runs (0.0: none), where workers hold back
         # under the GIL: see NOTE [ workers under the GIL ].
         self._in_hook = [0.0] * workers if workers > 1 and gil_enabled() else None
+        self._patience = [0] * workers  # hold-backs in a row, by worker
+        self._waker = -1  # the worker that wakes for the next due update, under the GIL
         self.real_start = 0.0  # perf_counter() when the timer started, 0.0 before
         self._lead = 0.0002  # seconds a worker wakes early for a burst: NOTE [ waking for a burst ]
         self._spinning = False  # a worker is waiting for a burst without sleeping
@@ -254,7 +253,7 @@ class Engine:
             for slot in self.slots:  # slot.slot and slot.last are the origin's, or restored
                 slot.due = due_time(slot.slot, slot.period)
                 if not slot.dedicated:
-                    heappush(self._heap, (slot.due, slot.index))
+                    self._due.push(slot.due, slot.index)
             self._running = True
             self._wake_all()
 
@@ -450,7 +449,7 @@ class Engine:
         return self._busy == 0 and not self._pending and self._next_due() > now
 
     def _next_due(self) -> float:
-        due = self._heap[0][0] if self._heap else math.inf
+        due = self._due.next_due()
         for slot in self._dedicated:
             if not slot.busy and not slot.stopped:
                 due = min(due, slot.due)
@@ -483,7 +482,7 @@ class Engine:
         if self._stopping:
             return
         self._stopping = True
-        self._heap.clear()  # a worker node is put back only while the run is not stopping
+        self._due.clear()  # a worker node is put back only while the run is not stopping
         # Start and restore jobs not begun are dropped: those nodes never started.
         kept = [(slot, job) for slot, job in self._jobs if job.kind not in (START, RESTORE)]
         self._pending -= len(self._jobs) - len(kept)
@@ -554,7 +553,8 @@ class Engine:
 
     def _next_for_worker(self, number: int) -> tuple[Slot | None, Job | None, float]:
         """With the lock held, wait for the next thing a worker does; (None, ...) to exit."""
-        heap = self._heap
+        queue = self._due
+        dues = queue.dues
         while True:
             if self._jobs:
                 slot, job = self._jobs.popleft()
@@ -570,42 +570,39 @@ class Engine:
                 self._work.wait()
                 continue
             timeout: float | None = None
-            if self._running and not self._paused and heap:
+            if self._running and not self._paused and dues:
                 now = self.clock.now()
-                due = heap[0][0]
+                due = dues[0]
                 if due > now:
                     if not self.clock.virtual:
                         timeout = self.clock.real_seconds(due - now)
-                        if not self._spinning and self._burst_at(due):
-                            timeout -= self._lead  # NOTE [ waking for a burst ]
-                            if timeout <= 0.0:
-                                self._spin_until(due)
-                                continue
+                        if self._in_hook is not None and self._waker not in (-1, number):
+                            timeout += HOLD_BACK  # the waker takes it: NOTE [ workers under the GIL ]
+                        else:
+                            self._waker = number
+                            if not self._spinning and self._burst_at(due):
+                                timeout -= self._lead  # NOTE [ waking for a burst ]
+                                if timeout <= 0.0:
+                                    self._spin_until(due)
+                                    self._waker = -1
+                                    continue
                         self._wait_timed(timeout)
+                        if self._waker == number:
+                            self._waker = -1
                         continue
                 elif self._in_hook is None or (timeout := self._hold_back(number)) == 0.0:
-                    slot = self.slots[heappop(heap)[1]]
+                    slot = self.slots[queue.pop()]
                     slot.busy = True
                     self._busy += 1
                     if self._in_hook is not None:
                         self._in_hook[number] = _perf_counter()
+                        self._patience[number] = 0
                     return slot, None, now
             self._work.wait(timeout)
 
     def _burst_at(self, due: float) -> bool:
         """Whether BURST or more worker updates are due within ``_lead`` of ``due`` (the earliest)."""
-        heap = self._heap
-        last = due + self._lead
-        found = 0
-        todo = [0]
-        while todo:  # the heap's entries due by ``last`` form a subtree at its root
-            i = todo.pop()
-            if i < len(heap) and heap[i][0] <= last:
-                found += 1
-                if found >= BURST:
-                    return True
-                todo += (2 * i + 1, 2 * i + 2)
-        return False
+        return self._due.count_until(due + self._lead, BURST) >= BURST
 
     def _wait_timed(self, timeout: float) -> None:
         """Wait for work or ``timeout`` real seconds; learn how late timed wake-ups come."""
@@ -643,6 +640,12 @@ class Engine:
         hand-offs. A free worker therefore takes due work only when every other worker is
         free or has been in its hook for HOLD_BACK seconds (blocked, or computing in torch
         outside the GIL); otherwise the worker about to be free takes it.
+
+        Finding that out costs a wake-up, which under the GIL slows the worker running
+        hooks, so a worker that keeps finding the others in short hooks looks less often:
+        HOLD_BACK later, then twice, four and eight times that. And when workers wait for
+        the next due update, one of them (``_waker``) wakes for it, the others HOLD_BACK
+        later.
         """
         assert self._in_hook is not None
         now = _perf_counter()
@@ -652,6 +655,10 @@ class Engine:
                 left = HOLD_BACK - (now - began)
                 if left > 0.0 and (hold == 0.0 or left < hold):
                     hold = left
+        if hold > 0.0:
+            patience = self._patience[number]
+            self._patience[number] = min(patience + 1, 3)
+            hold += ((1 << patience) - 1) * HOLD_BACK
         return hold
 
     def _dedicated_main(self, slot: Slot) -> None:
@@ -705,7 +712,7 @@ class Engine:
             self._queue_stop(slot)
             self._work.notify_all()
         elif not slot.dedicated:
-            heappush(self._heap, (slot.due, slot.index))
+            self._due.push(slot.due, slot.index)
         # Wake the host only when it has something to do: it waits for no update to be
         # running (a state_dict) or, under the virtual timer, for the batch to be done.
         if self._busy == 0 and (

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 
 import pytest
 
-from mujou._schedule import DueHeap, due_time, first_slot_at_or_after, next_slot
+from mujou._schedule import DueQueue, due_time, first_slot_at_or_after, next_slot
 
 
 def test_next_slot_on_time_runs_the_following_slot() -> None:
@@ -42,19 +43,49 @@ def test_first_slot_at_or_after() -> None:
         assert due_time(slot, 0.03) >= time > due_time(slot - 1, 0.03)
 
 
-def test_heap_orders_by_due_then_registration() -> None:
-    heap = DueHeap()
-    for due, index in [(0.02, 3), (0.01, 5), (0.02, 1), (0.01, 2)]:
-        heap.push(due, index)
-    assert heap.next_due() == 0.01
-    assert [heap.pop_due(1.0) for _ in range(4)] == [2, 5, 1, 3]
-    assert heap.pop_due(1.0) == -1
-    assert heap.next_due() == math.inf
+def test_queue_orders_by_due_then_registration() -> None:
+    queue = DueQueue()
+    for due, index in [(0.02, 3), (0.01, 5), (0.02, 1), (0.01, 2), (0.02, 0)]:
+        queue.push(due, index)
+    assert len(queue) == 5
+    assert queue.next_due() == 0.01
+    assert [queue.pop() for _ in range(5)] == [2, 5, 0, 1, 3]
+    assert not queue.dues
+    assert queue.next_due() == math.inf
+    assert len(queue) == 0
 
 
-def test_heap_pops_only_what_is_due() -> None:
-    heap = DueHeap()
-    heap.push(0.5, 0)
-    assert heap.pop_due(0.4) == -1
-    assert len(heap) == 1
-    assert heap.pop_due(0.5) == 0
+def test_queue_counts_the_nodes_due_by_a_time() -> None:
+    queue = DueQueue()
+    for index in range(6):
+        queue.push(0.01, index)
+    queue.push(0.011, 6)
+    queue.push(0.02, 7)
+    assert queue.count_until(0.005, 100) == 0
+    assert queue.count_until(0.01, 100) == 6
+    assert queue.count_until(0.0105, 4) == 4
+    assert queue.count_until(0.015, 100) == 7
+    assert queue.count_until(1.0, 100) == 8
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_queue_pops_as_a_heap_of_due_and_index_would(seed: int) -> None:
+    rng = random.Random(seed)
+    periods = [rng.choice([0.001, 0.002, 0.01, 1 / 30, 0.1]) for _ in range(rng.randrange(1, 40))]
+    queue, reference = DueQueue(), list[tuple[float, int]]()
+    slots = [1] * len(periods)
+    for index, period in enumerate(periods):
+        queue.push(due_time(1, period), index)
+        heapq.heappush(reference, (due_time(1, period), index))
+    for _ in range(500):
+        assert queue.next_due() == reference[0][0]
+        index = queue.pop()
+        assert index == heapq.heappop(reference)[1]
+        slots[index] += rng.choice([1, 1, 1, 2])
+        due = due_time(slots[index], periods[index])
+        queue.push(due, index)
+        heapq.heappush(reference, (due, index))
+        time = reference[0][0] + rng.choice([0.0, 0.001, 0.01])
+        assert queue.count_until(time, 1000) == len([due for due, _ in reference if due <= time])
+    queue.clear()
+    assert queue.next_due() == math.inf
