@@ -37,6 +37,7 @@ import torch
 from ._cpus import gil_enabled
 from ._cuda import NodeStreams
 from ._errors import GlobalRandomWarning, HookError, LeakedSettingWarning, MujouInternalError
+from ._parking import Parking
 from ._ports import Output
 from ._routing import OutputSpec, plan_routes
 from ._schedule import DueQueue, due_time, next_slot
@@ -153,7 +154,7 @@ class Engine:
         self, nodes: Sequence[Node], workers: int, clock: Clock, trace: TraceRecorder | None = None
     ) -> None:
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)  # idle workers wait here
+        self._work = Parking(self._lock, workers)  # idle workers wait here
         self._host = threading.Condition(self._lock)  # the host waits here
         self.clock = clock
         self.slots = [Slot(node, node._mujou, i, self._lock) for i, node in enumerate(nodes)]
@@ -183,7 +184,10 @@ class Engine:
         # under the GIL: see NOTE [ workers under the GIL ].
         self._in_hook = [0.0] * workers if workers > 1 and gil_enabled() else None
         self._patience = [0] * workers  # hold-backs in a row, by worker
-        self._waker = -1  # the worker that wakes for the next due update, under the GIL
+        # Under the GIL, the worker that wakes for the next due update (-1: none) and when
+        # that is due: NOTE [ workers under the GIL ].
+        self._waker = -1
+        self._waker_due = math.inf
         self.real_start = 0.0  # perf_counter() when the timer started, 0.0 before
         self._lead = 0.0002  # seconds a worker wakes early for a burst: NOTE [ waking for a burst ]
         self._spinning = False  # a worker is waiting for a burst without sleeping
@@ -567,7 +571,7 @@ class Engine:
                     slot.busy for slot in self.slots if not slot.dedicated
                 ):
                     return None, None, 0.0
-                self._work.wait()
+                self._work.wait(number)
                 continue
             timeout: float | None = None
             if self._running and not self._paused and dues:
@@ -576,19 +580,19 @@ class Engine:
                 if due > now:
                     if not self.clock.virtual:
                         timeout = self.clock.real_seconds(due - now)
-                        if self._in_hook is not None and self._waker not in (-1, number):
+                        if self._in_hook is not None and self._waker_due <= due:
                             timeout += HOLD_BACK  # the waker takes it: NOTE [ workers under the GIL ]
                         else:
-                            self._waker = number
+                            self._waker, self._waker_due = number, due
                             if not self._spinning and self._burst_at(due):
                                 timeout -= self._lead  # NOTE [ waking for a burst ]
                                 if timeout <= 0.0:
                                     self._spin_until(due)
-                                    self._waker = -1
+                                    self._waker, self._waker_due = -1, math.inf
                                     continue
-                        self._wait_timed(timeout)
+                        self._wait_timed(number, timeout)
                         if self._waker == number:
-                            self._waker = -1
+                            self._waker, self._waker_due = -1, math.inf
                         continue
                 elif self._in_hook is None or (timeout := self._hold_back(number)) == 0.0:
                     slot = self.slots[queue.pop()]
@@ -598,16 +602,16 @@ class Engine:
                         self._in_hook[number] = _perf_counter()
                         self._patience[number] = 0
                     return slot, None, now
-            self._work.wait(timeout)
+            self._work.wait(number, timeout)
 
     def _burst_at(self, due: float) -> bool:
         """Whether BURST or more worker updates are due within ``_lead`` of ``due`` (the earliest)."""
         return self._due.count_until(due + self._lead, BURST) >= BURST
 
-    def _wait_timed(self, timeout: float) -> None:
+    def _wait_timed(self, number: int, timeout: float) -> None:
         """Wait for work or ``timeout`` real seconds; learn how late timed wake-ups come."""
         deadline = _perf_counter() + timeout
-        if not self._work.wait(timeout):
+        if not self._work.wait(number, timeout):
             late = _perf_counter() - deadline
             # A moving average of the last few, doubled: most wake-ups come before the lead.
             self._lead = min(MAX_LEAD, 0.875 * self._lead + 0.125 * 2.0 * max(0.0, late))
