@@ -164,6 +164,7 @@ class Engine:
         self._running = False  # updates may start (after the start and the restore)
         self._paused = False  # the host is taking the state: no update may start
         self._stopping = False
+        self._open = False  # updates may start: running, not paused, not stopping
         self._ended = False
         self._busy = 0  # updates running now
         self._pending = 0  # jobs the host waits for
@@ -259,6 +260,7 @@ class Engine:
                 if not slot.dedicated:
                     self._due.push(slot.due, slot.index)
             self._running = True
+            self._open = not (self._paused or self._stopping)
             self._wake_all()
 
     def _run_jobs(self, jobs: list[tuple[Slot, Job]]) -> None:
@@ -293,6 +295,7 @@ class Engine:
                     self._host.wait()
             else:
                 self._paused = True
+                self._open = False
                 while self._busy:
                     self._host.wait()
             now = self.clock.now()
@@ -327,6 +330,7 @@ class Engine:
         finally:
             with self._lock:
                 self._paused = False
+                self._open = self._running and not self._stopping
                 self._wake_all()
 
     def _state_main(self, jobs: list[tuple[Slot, Job]]) -> None:
@@ -486,6 +490,7 @@ class Engine:
         if self._stopping:
             return
         self._stopping = True
+        self._open = False
         self._due.clear()  # a worker node is put back only while the run is not stopping
         # Start and restore jobs not begun are dropped: those nodes never started.
         kept = [(slot, job) for slot, job in self._jobs if job.kind not in (START, RESTORE)]
@@ -531,29 +536,47 @@ class Engine:
     # -- the threads' side -----------------------------------------------------------------
 
     def _worker_main(self, number: int) -> None:
-        finished: Slot | None = None
-        busy = self.worker_busy
+        lock, clock, slots, queue = self._lock, self.clock, self.slots, self._due
+        dues, busy = queue.dues, self.worker_busy
+        slot: Slot | None = None  # the node whose update this worker ran last
+        job: Job | None = None
         while True:
-            with self._lock:
-                if finished is not None:
-                    self._finish_update(finished)
-                    finished = None
+            with lock:
+                if slot is not None:  # put it back
+                    self._finish_update(slot)
                     if self._in_hook is not None:
                         self._in_hook[number] = 0.0
-                slot, job, start = self._next_for_worker(number)
+                # What _next_for_worker does in the common case, in short: updates may start,
+                # the earliest is due, no job is queued, and there is no other worker to leave
+                # it to (no GIL, or no update running: NOTE [ workers under the GIL ]).
+                if (
+                    self._open
+                    and dues
+                    and dues[0] <= (start := clock.now())
+                    and not self._jobs
+                    and (self._in_hook is None or self._busy == 0)
+                ):
+                    slot = slots[queue.pop()]
+                    slot.busy = True
+                    self._busy += 1
+                    if self._in_hook is not None:
+                        self._in_hook[number] = _perf_counter()
+                        self._patience[number] = 0
+                else:
+                    slot, job, start = self._next_for_worker(number)
                 if slot is None:
                     self._thread_exited()
                     return
             before = slot.busy_seconds  # _call measures each hook's time there
             if job is None:
                 self._update(slot, start)
-                finished = slot
+                busy[number] += slot.busy_seconds - before
             else:
                 self._run_job(slot, job)
-                with self._lock:
+                with lock:
                     self._finish_job(slot, job)
-            busy[number] += slot.busy_seconds - before
-            del slot, job  # drop the references while idle, as concurrent.futures does
+                busy[number] += slot.busy_seconds - before
+                slot = job = None  # drop the references while idle, as concurrent.futures does
 
     def _next_for_worker(self, number: int) -> tuple[Slot | None, Job | None, float]:
         """With the lock held, wait for the next thing a worker does; (None, ...) to exit."""
@@ -574,7 +597,7 @@ class Engine:
                 self._work.wait(number)
                 continue
             timeout: float | None = None
-            if self._running and not self._paused and dues:
+            if self._open and dues:
                 now = self.clock.now()
                 due = dues[0]
                 if due > now:
@@ -698,7 +721,7 @@ class Engine:
                 slot.cond.wait()
                 continue
             timeout: float | None = None
-            if self._running and not self._paused:
+            if self._open:
                 now = self.clock.now()
                 due = slot.due
                 if due <= now:
