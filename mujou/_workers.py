@@ -10,7 +10,11 @@ Guarantees:
 - A free worker takes a queued job first (start, restore, state, stop), else the update due
   earliest, equal due times in registration order (threads.earliest-due-first). Under the
   GIL it may leave a due update to a worker about to be free (NOTE [ workers under the GIL ]).
-- Taking the next update and putting back the previous one is one lock acquisition.
+- Taking the next update and putting back the previous one is one lock acquisition, with
+  no allocation in the common case; idle workers park on a lock of their own (``Parking``)
+  and a notify wakes one, the last to park.
+- Under the real-time timer, a worker sleeps to the next due time, and wakes a little early
+  and yields the CPU until then when a burst of updates falls due (NOTE [ waking for a burst ]).
 - Under the virtual timer, time moves only within the host's ``advance``, and only when no
   hook is running and nothing is due: messages sent at time t are committed then, so updates
   due at t never see each other's messages (visibility.virtual). The host moves it, or, while
@@ -604,7 +608,8 @@ class Engine:
                     if not self.clock.virtual:
                         timeout = self.clock.real_seconds(due - now)
                         if self._in_hook is not None and self._waker_due <= due:
-                            timeout += HOLD_BACK  # the waker takes it: NOTE [ workers under the GIL ]
+                            # The waker takes it: this one watches (NOTE [ workers under the GIL ]).
+                            timeout += self._watch_delay(number)
                         else:
                             self._waker, self._waker_due = number, due
                             if not self._spinning and self._burst_at(due):
@@ -629,7 +634,8 @@ class Engine:
 
     def _burst_at(self, due: float) -> bool:
         """Whether BURST or more worker updates are due within ``_lead`` of ``due`` (the earliest)."""
-        return self._due.count_until(due + self._lead, BURST) >= BURST
+        last = due + self._lead * self.clock.scale  # the lead is in real seconds
+        return self._due.count_until(last, BURST) >= BURST
 
     def _wait_timed(self, number: int, timeout: float) -> None:
         """Wait for work or ``timeout`` real seconds; learn how late timed wake-ups come."""
@@ -671,8 +677,9 @@ class Engine:
         Finding that out costs a wake-up, which under the GIL slows the worker running
         hooks, so a worker that keeps finding the others in short hooks looks less often:
         HOLD_BACK later, then twice, four and eight times that. And when workers wait for
-        the next due update, one of them (``_waker``) wakes for it, the others HOLD_BACK
-        later.
+        the next due update, one of them (``_waker``) wakes for it, the others that much
+        later (``_watch_delay``): while one worker keeps up, the others wake about once per
+        8 ms, off the bursts.
         """
         assert self._in_hook is not None
         now = _perf_counter()
@@ -683,10 +690,14 @@ class Engine:
                 if left > 0.0 and (hold == 0.0 or left < hold):
                     hold = left
         if hold > 0.0:
-            patience = self._patience[number]
-            self._patience[number] = min(patience + 1, 3)
-            hold += ((1 << patience) - 1) * HOLD_BACK
+            hold += self._watch_delay(number) - HOLD_BACK
         return hold
+
+    def _watch_delay(self, number: int) -> float:
+        """HOLD_BACK, doubled each time worker ``number`` watched in a row, up to 8 times."""
+        patience = self._patience[number]
+        self._patience[number] = min(patience + 1, 3)
+        return HOLD_BACK * (1 << patience)
 
     def _dedicated_main(self, slot: Slot) -> None:
         finished = False
