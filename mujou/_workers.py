@@ -154,6 +154,47 @@ class Slot:
 class Engine:
     """Runs the hooks of a net's nodes on workers and dedicated threads, on a clock."""
 
+    __slots__ = (
+        "_active",
+        "_advance_until",
+        "_alive",
+        "_busy",
+        "_dedicated",
+        "_due",
+        "_ended",
+        "_host",
+        "_in_hook",
+        "_jobs",
+        "_lead",
+        "_lock",
+        "_open",
+        "_patience",
+        "_paused",
+        "_pending",
+        "_running",
+        "_seen_seed",
+        "_spinning",
+        "_staged",
+        "_stopping",
+        "_threads",
+        "_waker",
+        "_waker_due",
+        "_wakers",
+        "_warnings",
+        "_work",
+        "_worker_stops",
+        "clock",
+        "end_real",
+        "end_time",
+        "error",
+        "finishers",
+        "real_start",
+        "slots",
+        "trace",
+        "worker_busy",
+        "workers",
+    )
+
     def __init__(
         self, nodes: Sequence[Node], workers: int, clock: Clock, trace: TraceRecorder | None = None
     ) -> None:
