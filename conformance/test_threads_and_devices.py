@@ -583,6 +583,23 @@ def test_blocking_hook_holds_its_worker() -> None:
     assert other.dts[count] >= released_at - blocked_at, (other.dts[count], blocked_at, released_at)
 
 
+@pytest.mark.rule("threads.blocking-holds-worker")
+def test_a_blocking_hook_holds_only_its_worker() -> None:
+    """> A hook that blocks holds its worker meanwhile, and the other nodes' updates wait: their `dt`
+    > grows.
+
+    Its worker only: with two workers, the other one takes the due updates meanwhile (while
+    the GIL is enabled, once the hook has run for a millisecond or more)."""
+    blocker = BlockOnce(period=0.02)
+    other = DtRecorder(period=0.002)
+    with mujou.run(Bag(blocker=blocker, other=other), workers=2):
+        assert blocker.entered.wait(HANG_GUARD)
+        count = len(other.dts)
+        wait_until(lambda: len(other.dts) >= count + 5, "five updates of the other node")
+        assert not blocker.release.is_set()  # the blocker still blocks
+        blocker.release.set()
+
+
 # --------------------------------------------------------------------------------------------
 # threads.dedicated / threads.dedicated-blocking
 
