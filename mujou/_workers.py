@@ -158,6 +158,7 @@ class Engine:
         "_active",
         "_advance_until",
         "_alive",
+        "_bursts",
         "_busy",
         "_dedicated",
         "_due",
@@ -237,6 +238,7 @@ class Engine:
         self.real_start = 0.0  # perf_counter() when the timer started, 0.0 before
         self._lead = 0.0002  # seconds a worker wakes early for a burst: NOTE [ waking for a burst ]
         self._spinning = False  # a worker is waiting for a burst without sleeping
+        self._bursts = len(self.slots) - len(self._dedicated) >= BURST  # bursts are possible
         self._seen_seed = torch.initial_seed()
         self._warnings: list[tuple[type[Warning], str]] = []
         self.workers = workers
@@ -653,7 +655,7 @@ class Engine:
                             timeout += self._watch_delay(number)
                         else:
                             self._waker, self._waker_due = number, due
-                            if not self._spinning and self._burst_at(due):
+                            if self._bursts and not self._spinning and self._burst_at(due):
                                 timeout -= self._lead  # NOTE [ waking for a burst ]
                                 if timeout <= 0.0:
                                     self._spin_until(due)
@@ -680,6 +682,9 @@ class Engine:
 
     def _wait_timed(self, number: int, timeout: float) -> None:
         """Wait for work or ``timeout`` real seconds; learn how late timed wake-ups come."""
+        if not self._bursts:  # nothing to learn for: keep the wake-up path short
+            self._work.wait(number, timeout)
+            return
         deadline = _perf_counter() + timeout
         if not self._work.wait(number, timeout):
             late = _perf_counter() - deadline
