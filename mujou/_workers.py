@@ -230,7 +230,7 @@ class Engine:
         # When each worker entered the update it runs (0.0: none), where workers hold back
         # under the GIL: see NOTE [ workers under the GIL ].
         self._in_hook = [0.0] * workers if workers > 1 and gil_enabled() else None
-        self._patience = [0] * workers  # hold-backs in a row, by worker
+        self._patience = [0] * workers  # times in a row each worker watched: _watch_delay
         # Under the GIL, the worker that wakes for the next due update (-1: none) and when
         # that is due: NOTE [ workers under the GIL ].
         self._waker = -1
