@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, NoReturn, Self
 
 import torch
 
@@ -110,13 +110,16 @@ class _Port:
         """The latest message, checked to be as it was published (ports.message-read-only)."""
         message = self._latest
         if message is not None and message._version != self._latest_version:
-            raise RuntimeError(
-                f"the latest message on {self.name!r} was changed in place after it was sent, "
-                "by a node that kept a message it read (or a view of it, as "
-                "torch.nn.utils.vector_to_parameters makes); messages are read-only: clone "
-                "them before changing them or keeping them"
-            )
+            self._raise_changed()
         return message
+
+    def _raise_changed(self) -> NoReturn:
+        raise RuntimeError(
+            f"the latest message on {self.name!r} was changed in place after it was sent, "
+            "by a node that kept a message it read (or a view of it, as "
+            "torch.nn.utils.vector_to_parameters makes); messages are read-only: clone "
+            "them before changing them or keeping them"
+        )
 
     def _add_watcher(self, watcher: Watcher) -> None:
         self._watchers = (*self._watchers, watcher)
@@ -254,7 +257,7 @@ class Input(_Port):
             return None
         version = message._version
         if version != port._latest_version:
-            port._checked_latest()  # raises: changed in place after it was sent
+            port._raise_changed()
         if core.cpu and message.is_cpu:  # the common case, in short
             core.reads.append((self, message, version))
             return message
