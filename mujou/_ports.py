@@ -195,14 +195,10 @@ class Output(_Port):
             message = value.to("cpu", copy=True)  # cuda.host-memory-route
         else:
             message = value.clone()
-        staged = core.staged
-        if staged is not None:
-            staged.append((self, message))
-            return
-        self._latest_version = message._version  # _publish, inlined: this runs at every send
-        self._latest = message
-        for watcher in self._watchers:
-            watcher(message)
+        if core.staged is None:
+            self._publish(message)
+        else:  # virtual timer: visible once the batch ends (visibility.virtual)
+            core.staged.append((self, message))
 
 
 class Input(_Port):

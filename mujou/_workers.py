@@ -168,7 +168,6 @@ class Engine:
         "_jobs",
         "_lead",
         "_lock",
-        "_open",
         "_patience",
         "_paused",
         "_pending",
@@ -210,7 +209,6 @@ class Engine:
         self._running = False  # updates may start (after the start and the restore)
         self._paused = False  # the host is taking the state: no update may start
         self._stopping = False
-        self._open = False  # updates may start: running, not paused, not stopping
         self._ended = False
         self._busy = 0  # updates running now
         self._pending = 0  # jobs the host waits for
@@ -307,7 +305,6 @@ class Engine:
                 if not slot.dedicated:
                     self._due.push(slot.due, slot.index)
             self._running = True
-            self._open = not (self._paused or self._stopping)
             self._wake_all()
 
     def _run_jobs(self, jobs: list[tuple[Slot, Job]]) -> None:
@@ -342,7 +339,6 @@ class Engine:
                     self._host.wait()
             else:
                 self._paused = True
-                self._open = False
                 while self._busy:
                     self._host.wait()
             now = self.clock.now()
@@ -377,7 +373,6 @@ class Engine:
         finally:
             with self._lock:
                 self._paused = False
-                self._open = self._running and not self._stopping
                 self._wake_all()
 
     def _state_main(self, jobs: list[tuple[Slot, Job]]) -> None:
@@ -537,7 +532,6 @@ class Engine:
         if self._stopping:
             return
         self._stopping = True
-        self._open = False
         self._due.clear()  # a worker node is put back only while the run is not stopping
         # Start and restore jobs not begun are dropped: those nodes never started.
         kept = [(slot, job) for slot, job in self._jobs if job.kind not in (START, RESTORE)]
@@ -583,8 +577,7 @@ class Engine:
     # -- the threads' side -----------------------------------------------------------------
 
     def _worker_main(self, number: int) -> None:
-        lock, clock, slots, queue = self._lock, self.clock, self.slots, self._due
-        dues, busy = queue.dues, self.worker_busy
+        lock, clock, dues, busy = self._lock, self.clock, self._due.dues, self.worker_busy
         slot: Slot | None = None  # the node whose update this worker ran last
         job: Job | None = None
         while True:
@@ -597,18 +590,15 @@ class Engine:
                 # the earliest is due, no job is queued, and there is no other worker to leave
                 # it to (no GIL, or no update running: NOTE [ workers under the GIL ]).
                 if (
-                    self._open
+                    self._running
+                    and not self._paused
+                    and not self._stopping
                     and dues
                     and dues[0] <= (start := clock.now())
                     and not self._jobs
                     and (self._in_hook is None or self._busy == 0)
                 ):
-                    slot = slots[queue.pop()]
-                    slot.busy = True
-                    self._busy += 1
-                    if self._in_hook is not None:
-                        self._in_hook[number] = _perf_counter()
-                        self._patience[number] = 0
+                    slot = self._take(number)
                 else:
                     slot, job, start = self._next_for_worker(number)
                 if slot is None:
@@ -627,8 +617,7 @@ class Engine:
 
     def _next_for_worker(self, number: int) -> tuple[Slot | None, Job | None, float]:
         """With the lock held, wait for the next thing a worker does; (None, ...) to exit."""
-        queue = self._due
-        dues = queue.dues
+        dues = self._due.dues
         while True:
             if self._jobs:
                 slot, job = self._jobs.popleft()
@@ -644,7 +633,7 @@ class Engine:
                 self._work.wait(number)
                 continue
             timeout: float | None = None
-            if self._open and dues:
+            if self._running and not self._paused and dues:
                 now = self.clock.now()
                 due = dues[0]
                 if due > now:
@@ -666,14 +655,18 @@ class Engine:
                             self._waker, self._waker_due = -1, math.inf
                         continue
                 elif self._in_hook is None or (timeout := self._hold_back(number)) == 0.0:
-                    slot = self.slots[queue.pop()]
-                    slot.busy = True
-                    self._busy += 1
-                    if self._in_hook is not None:
-                        self._in_hook[number] = _perf_counter()
-                        self._patience[number] = 0
-                    return slot, None, now
+                    return self._take(number), None, now
             self._work.wait(number, timeout)
+
+    def _take(self, number: int) -> Slot:
+        """With the lock held, worker ``number`` takes the earliest due update from the queue."""
+        slot = self.slots[self._due.pop()]
+        slot.busy = True
+        self._busy += 1
+        if self._in_hook is not None:
+            self._in_hook[number] = _perf_counter()
+            self._patience[number] = 0
+        return slot
 
     def _burst_at(self, due: float) -> bool:
         """Whether BURST or more worker updates are due within ``_lead`` of ``due`` (the earliest)."""
@@ -778,7 +771,7 @@ class Engine:
                 slot.cond.wait()
                 continue
             timeout: float | None = None
-            if self._open:
+            if self._running and not self._paused:
                 now = self.clock.now()
                 due = slot.due
                 if due <= now:
