@@ -589,10 +589,11 @@ class RoundSender(Node):
 
     y = Output()
 
-    def __init__(self, rounds: Rounds, go: threading.Event) -> None:
+    def __init__(self, rounds: Rounds, go: threading.Event, *, copy: bool = True) -> None:
         super().__init__(period=0.005, seed=0, device="cuda:0", dedicated_thread=True)
         self.rounds = rounds
         self.go = go
+        self.copy = copy
         self.k = 0
 
     def on_update(self, dt: float) -> None:
@@ -602,8 +603,9 @@ class RoundSender(Node):
             raise RuntimeError("the host never started the rounds")
         self.k += 1
         message = slow_full(self.k, self.device)
-        self.y.send(message)
-        message.fill_(-1.0)  # queued after send: the message is a snapshot
+        self.y.send(message, copy=self.copy)
+        if self.copy:
+            message.fill_(-1.0)  # queued after send: the message is a snapshot
         self.rounds.publish(self.k)
         if not self.rounds.wait_reads(self.k):
             raise RuntimeError(f"round {self.k} was not read by every reader")
@@ -632,7 +634,8 @@ class RoundReader(Node):
 
 
 @pytest.mark.cuda
-@pytest.mark.rule("cuda.send-stays-on-device", "cuda.cpu-readers-get-cpu-copy")
+@pytest.mark.rule("cuda.send-stays-on-device", "cuda.cpu-readers-get-cpu-copy", "ports.send-no-copy")
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "no-copy"])
 @pytest.mark.parametrize(
     "readers",
     [
@@ -641,12 +644,15 @@ class RoundReader(Node):
         pytest.param(["cuda:0", "cuda:1", "cpu"], marks=needs_two_gpus, id="two-gpus"),
     ],
 )
-def test_readers_never_see_a_half_written_message(readers: list[str]) -> None:
+def test_readers_never_see_a_half_written_message(readers: list[str], copy: bool) -> None:
     """> Mujou keeps a tensor that the node sends on its own device there, when a node on CUDA
     > reads the port: `send` copies it on the node's stream and waits for that stream before
-    > the peers can read it."""
+    > the peers can read it.
+
+    With ``copy=False`` (ports.send-no-copy) the tensor itself is the message, and the
+    stream is waited for all the same."""
     rounds, go = Rounds(len(readers)), threading.Event()
-    sender = RoundSender(rounds, go)
+    sender = RoundSender(rounds, go, copy=copy)
     nodes = [RoundReader(device, rounds) for device in readers]
     net = Bag(sender=sender, **{f"r{i}": node for i, node in enumerate(nodes)})
     for node in nodes:
@@ -659,9 +665,9 @@ def test_readers_never_see_a_half_written_message(readers: list[str]) -> None:
         hosted = subscription.drain()
     for node, device in zip(nodes, readers, strict=True):
         assert [k for k, _, _ in node.got] == list(range(1, ROUNDS + 1)), (device, node.got)
-        for k, where, copy in node.got:
+        for k, where, got in node.got:
             assert where == torch.device(device), (device, k, where)
-            assert whole(copy, k), f"reader on {device} read a half-written round {k}: {values(copy)}"
+            assert whole(got, k), f"reader on {device} read a half-written round {k}: {values(got)}"
     # The host: CPU copies of whole messages.
     assert last is not None and last.device.type == "cpu" and whole(last, ROUNDS)
     assert [m.device.type for m in hosted] == ["cpu"] * ROUNDS

@@ -559,6 +559,104 @@ def test_read_device_with_cuda() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# ports.send-no-copy
+
+
+class HandOver(Node):
+    """Sends a new tensor each update with copy=False, and remembers what it sent.
+
+    ``change`` > 0: changes the tensor it sent in place afterwards, from update ``change`` on.
+    """
+
+    y = Output()
+
+    def __init__(self, *, change: int = 0, copy: object = False) -> None:
+        super().__init__(period=0.25, seed=0)
+        self.change = change
+        self.copy = copy
+        self.sent: list[torch.Tensor] = []
+        self.weight = torch.ones(2, requires_grad=True)
+
+    def on_update(self, dt: float) -> None:
+        value = self.weight * float(len(self.sent) + 1)  # requires grad
+        self.y.send(value, copy=self.copy)  # type: ignore[arg-type]  # a bad copy is tested
+        self.sent.append(value)
+        if self.change and len(self.sent) >= self.change:
+            with torch.no_grad():
+                value.add_(100.0)
+
+
+class Taker(Node):
+    """Records the messages it read."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=0)
+        self.got: list[torch.Tensor] = []
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        if x is not None:
+            self.got.append(x)
+
+
+def _hand_over_net(src: HandOver, taker: Taker) -> Bag:
+    net = Bag(src=src, taker=taker)
+    net.connect(src.y, taker.x)
+    return net
+
+
+@pytest.mark.rule("ports.send-no-copy")
+def test_send_without_copy_hands_the_tensor_itself_over() -> None:
+    """> `send(tensor, copy=False)` makes the tensor itself (detached) the message wherever no
+    > copy is needed, as `Tensor.to(copy=False)` does: on the CPU, ..."""
+    src, taker = HandOver(), Taker()
+    with mujou.run(_hand_over_net(src, taker), timer=vt()) as run:
+        run.sleep(1.0)
+    # The taker at t = 0.5, 0.75, 1.0 read what was sent at 0.25, 0.5, 0.75.
+    assert [x.tolist() for x in taker.got] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
+    for got, sent in zip(taker.got, src.sent, strict=False):
+        assert got.requires_grad is False  # detached ...
+        assert got.untyped_storage().data_ptr() == sent.untyped_storage().data_ptr()  # ... not copied
+    # The default still copies.
+    src, taker = HandOver(copy=True), Taker()
+    with mujou.run(_hand_over_net(src, taker), timer=vt()) as run:
+        run.sleep(0.5)
+    assert taker.got[0].untyped_storage().data_ptr() != src.sent[0].untyped_storage().data_ptr()
+
+
+@pytest.mark.rule("ports.send-no-copy")
+@pytest.mark.parametrize("timer", ["virtual", "real-time"])
+def test_changing_a_tensor_sent_without_copy_fails_the_next_read(timer: str) -> None:
+    """> The node hands the tensor over and must not change it afterwards; a change in place
+    > fails the next read of the port, also when it comes before the message is visible."""
+    src, taker = HandOver(change=2), Taker()
+    clock = vt() if timer == "virtual" else mujou.RealTimeTimer(scale=50.0)
+    net = _hand_over_net(src, taker)
+    with pytest.raises(mujou.HookError) as info, mujou.run(net, timer=clock, workers=1) as run:
+        run.sleep(HANG_GUARD if timer == "virtual" else 50.0 * HANG_GUARD)
+    err = info.value
+    assert err.node == "taker"
+    assert isinstance(err.__cause__, RuntimeError)
+    message = str(err.__cause__)
+    assert message.startswith("the latest message on 'src.y' was changed in place after it was sent")
+    assert "send(copy=False)" in message
+    assert [x.tolist() for x in taker.got] == [[1.0, 1.0]]  # the first, never changed
+
+
+@pytest.mark.rule("ports.send-no-copy")
+def test_copy_must_be_a_bool() -> None:
+    """> A `copy` that is not a bool raises `TypeError`."""
+    src, taker = HandOver(copy=0), Taker()
+    with pytest.raises(mujou.HookError) as info, mujou.run(_hand_over_net(src, taker), timer=vt()) as run:
+        run.sleep(1.0)
+    assert isinstance(info.value.__cause__, TypeError)
+    assert str(info.value.__cause__) == "copy must be a bool, got int: 0"
+    assert src.sent == []
+
+
+# --------------------------------------------------------------------------------------------
 # ports.message-read-only
 
 

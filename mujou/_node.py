@@ -81,7 +81,7 @@ class NodeCore:
         self.reads: list[tuple[Input, torch.Tensor, int]] = []  # this hook's reads, checked after it
         # Where sends go: the engine's list of messages visible at the batch's end under the
         # virtual timer (visibility.virtual), else None (published at once). Set per run.
-        self.staged: list[tuple[_Port, torch.Tensor]] | None = None
+        self.staged: list[tuple[_Port, torch.Tensor, int]] | None = None
         self.engine: Engine | None = None
         self.streams: NodeStreams | None = None  # set for the run when the node touches CUDA
 
@@ -148,9 +148,10 @@ class Node:
         else:
             generator.manual_seed(checked_seed)
         core = NodeCore(checked_period, checked_seed, generator, parsed, dedicated_thread)
-        for attr, declared in _class_ports(type(self)):
-            core.ports[attr] = declared._bound_copy(self, core)
         self._mujou = core
+        for attr, declared in _class_ports(type(self)):
+            # The instance dict: node.attr finds it there (see _ports' docstring).
+            self.__dict__[attr] = core.ports[attr] = declared._bound_copy(self, core)
 
     # Read-only properties: see threads.node-properties.
 

@@ -1,15 +1,18 @@
 """Typed ports: ``Output`` sends snapshots, ``Input`` reads the latest message.
 
 A port is declared on the node class (``y = Output()``); each node gets its own bound copy
-in ``Node.__init__``, which ``node.y`` returns. Messages are shared between the readers of
-a port and must not be changed in place: see :ref:`ports.message-read-only`.
+in ``Node.__init__``, kept in the node's ``__dict__`` under the same name. The declared port
+has ``__set__`` (ports cannot be reassigned) but no ``__get__``, so ``node.y`` finds the copy
+in the instance dict at the speed of any attribute, while ``Node.y`` is the declared port.
+Messages are shared between the readers of a port and must not be changed in place: see
+:ref:`ports.message-read-only`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, Self
+from typing import TYPE_CHECKING, NoReturn
 
 import torch
 
@@ -22,18 +25,6 @@ Watcher = Callable[[torch.Tensor], None]
 _get_ident = threading.get_ident
 _Tensor = torch.Tensor
 _DEVICE = Route.DEVICE
-
-
-def _bound_port(node: object, attr: str) -> _Port:
-    """The port ``attr`` of ``node``: its own copy, made in ``Node.__init__``."""
-    try:
-        core = vars(node)["_mujou"]
-    except KeyError:
-        from ._node import not_initialized_message
-
-        raise TypeError(not_initialized_message(node)) from None
-    port: _Port = core.ports[attr]
-    return port
 
 
 class _Port:
@@ -52,17 +43,6 @@ class _Port:
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._attr = name
-
-    def __get__(self, node: object, owner: type | None = None) -> Self:
-        """On the class, the declared port; on a node, that node's own copy (ports.declare)."""
-        if node is None:
-            return self
-        try:  # the fast path: this runs at every use of a port in a hook
-            port: Self = vars(node)["_mujou"].ports[self._attr]
-        except KeyError:
-            _bound_port(node, self._attr)  # raises the clear error
-            raise
-        return port
 
     def __set__(self, node: object, value: object) -> None:
         raise AttributeError(
@@ -96,8 +76,9 @@ class _Port:
         node_name = self._node.name
         return f"{node_name}.{self._attr}" if node_name else self._attr
 
-    def _publish(self, message: torch.Tensor) -> None:
-        self._latest_version = message._version
+    def _publish(self, message: torch.Tensor, version: int | None = None) -> None:
+        """Make ``message`` the latest; ``version`` is its version counter when it was sent."""
+        self._latest_version = message._version if version is None else version
         self._latest = message
         for watcher in self._watchers:
             watcher(message)
@@ -117,8 +98,9 @@ class _Port:
         raise RuntimeError(
             f"the latest message on {self.name!r} was changed in place after it was sent, "
             "by a node that kept a message it read (or a view of it, as "
-            "torch.nn.utils.vector_to_parameters makes); messages are read-only: clone "
-            "them before changing them or keeping them"
+            "torch.nn.utils.vector_to_parameters makes), or by the sender after "
+            "send(copy=False); messages are read-only: clone them before changing them or "
+            "keeping them, and send with copy=False only a tensor the node no longer changes"
         )
 
     def _add_watcher(self, watcher: Watcher) -> None:
@@ -162,13 +144,16 @@ class Output(_Port):
         port._route = Route.HOST
         return port
 
-    def send(self, value: torch.Tensor) -> None:
+    def send(self, value: torch.Tensor, *, copy: bool = True) -> None:
         """Send a snapshot of ``value``: later changes to ``value`` do not change the message.
 
-        Called from the hooks of this port's node only. See :ref:`ports.send-snapshot`.
+        With ``copy=False``, ``value`` itself is the message wherever no copy is needed (as
+        ``Tensor.to(copy=False)``): the node hands it over and must not change it afterwards.
+        Called from the hooks of this port's node only. See :ref:`ports.send-snapshot` and
+        :ref:`ports.send-no-copy`.
 
         Raises:
-            TypeError: ``value`` is not a tensor.
+            TypeError: ``value`` is not a tensor, or ``copy`` is not a bool.
             RuntimeError: called outside the node's hooks.
         """
         core = self._core
@@ -176,29 +161,34 @@ class Output(_Port):
             core = self._check_hook_thread("send")._mujou
         if not isinstance(value, _Tensor):
             raise TypeError(f"port {self.name!r} sends torch.Tensor messages, got {type(value).__name__}")
+        if copy is not True and copy is not False:
+            raise TypeError(f"copy must be a bool, got {type(copy).__name__}: {copy!r}")
         if value.requires_grad:
             value = value.detach()
         if value.is_cpu:
-            message = value.clone()
+            message = value.clone() if copy else value
         elif self._route is _DEVICE and value.device == core.device:
             # cuda.send-stays-on-device: copied on the node's stream, which is waited for
-            # before any reader can see the copy.
+            # before any reader can see the copy (or the tensor, with copy=False).
             assert core.streams is not None and core.streams.stream is not None
             own = core.streams.stream
             current = torch.cuda.current_stream(value.device)
             if current != own:  # the hook made another stream current: its work comes first
                 own.wait_stream(current)
-            with torch.cuda.stream(own):
-                message = value.clone()
+            if copy:
+                with torch.cuda.stream(own):
+                    message = value.clone()
+            else:
+                message = value
             own.synchronize()
         elif value.is_cuda:
             message = value.to("cpu", copy=True)  # cuda.host-memory-route
         else:
-            message = value.clone()
+            message = value.clone() if copy else value
         if core.staged is None:
-            self._publish(message)
+            self._publish(message, message._version)
         else:  # virtual timer: visible once the batch ends (visibility.virtual)
-            core.staged.append((self, message))
+            core.staged.append((self, message, message._version))
 
 
 class Input(_Port):

@@ -101,10 +101,12 @@ class Slot:
         "cond",
         "core",
         "dedicated",
+        "dt",
         "dt_max",
         "dt_min",
         "dt_sum",
         "due",
+        "hook",
         "index",
         "jobs",
         "last",
@@ -147,6 +149,8 @@ class Slot:
         self.dt_sum = 0.0
         self.lateness = array("d")  # the last LATENESS_WINDOW latenesses, a ring once full
         self.lateness_max = 0.0
+        self.dt = 0.0  # the running update's dt
+        self.hook = ""  # the hook running now, while the node is in Engine._active
         self.now: tuple[float, float, float] | None = None  # the running update's t, dt, lateness
         self.warned: set[str] = set()
 
@@ -213,13 +217,14 @@ class Engine:
         self._busy = 0  # updates running now
         self._pending = 0  # jobs the host waits for
         self._worker_stops = 0  # stop jobs of worker nodes not yet done
-        self._staged: list[tuple[_Port, torch.Tensor]] = []  # virtual timer: sent, not yet visible
+        # Virtual timer: sent, not yet visible; each with its version counter at the send.
+        self._staged: list[tuple[_Port, torch.Tensor, int]] = []
         self._advance_until: float | None = None  # the host's sleep target, while it sleeps
         self._wakers: list[Callable[[], None]] = []  # called once when the run ends
         self.error: HookError | None = None
         self.end_time = 0.0
         self.end_real = 0.0
-        self._active: dict[int, tuple[Slot, str]] = {}  # the hooks running now, by thread
+        self._active: dict[int, Slot] = {}  # the nodes running a hook now (Slot.hook), by thread
         self.trace = trace
         self.finishers: list[Callable[[], None]] = []  # run once the run has ended and stopped
         if trace is not None:
@@ -508,8 +513,8 @@ class Engine:
     def _commit(self) -> None:
         """Publish the messages the batch sent (virtual timer; no hook runs)."""
         staged = self._staged  # the nodes append to this list: keep it, empty
-        for port, message in staged:
-            port._publish(message)
+        for port, message, version in staged:
+            port._publish(message, version)
         staged.clear()
 
     def host_write(self, port: Input, message: torch.Tensor) -> None:
@@ -580,9 +585,13 @@ class Engine:
         lock, clock, dues, busy = self._lock, self.clock, self._due.dues, self.worker_busy
         slot: Slot | None = None  # the node whose update this worker ran last
         job: Job | None = None
+        failed: BaseException | None = None  # how that update failed
         while True:
             with lock:
                 if slot is not None:  # put it back
+                    if failed is not None:
+                        self._fail(slot, "on_update", slot.last, failed)
+                        failed = None
                     self._finish_update(slot)
                     if self._in_hook is not None:
                         self._in_hook[number] = 0.0
@@ -598,7 +607,7 @@ class Engine:
                     and not self._jobs
                     and (self._in_hook is None or self._busy == 0)
                 ):
-                    slot = self._take(number)
+                    slot = self._take(number, start)
                 else:
                     slot, job, start = self._next_for_worker(number)
                 if slot is None:
@@ -606,7 +615,7 @@ class Engine:
                     return
             before = slot.busy_seconds  # _call measures each hook's time there
             if job is None:
-                self._update(slot, start)
+                failed = self._call(slot, "on_update", slot.node.on_update, slot.dt)[1]
                 busy[number] += slot.busy_seconds - before
             else:
                 self._run_job(slot, job)
@@ -655,17 +664,16 @@ class Engine:
                             self._waker, self._waker_due = -1, math.inf
                         continue
                 elif self._in_hook is None or (timeout := self._hold_back(number)) == 0.0:
-                    return self._take(number), None, now
+                    return self._take(number, now), None, now
             self._work.wait(number, timeout)
 
-    def _take(self, number: int) -> Slot:
-        """With the lock held, worker ``number`` takes the earliest due update from the queue."""
+    def _take(self, number: int, start: float) -> Slot:
+        """With the lock held, worker ``number`` takes the earliest due update, starting at ``start``."""
         slot = self.slots[self._due.pop()]
-        slot.busy = True
-        self._busy += 1
         if self._in_hook is not None:
             self._in_hook[number] = _perf_counter()
             self._patience[number] = 0
+        self._begin_update(slot, start)
         return slot
 
     def _burst_at(self, due: float) -> bool:
@@ -740,17 +748,21 @@ class Engine:
 
     def _dedicated_main(self, slot: Slot) -> None:
         finished = False
+        failed: BaseException | None = None  # how the update that finished failed
         while True:
             with self._lock:
                 if finished:
+                    if failed is not None:
+                        self._fail(slot, "on_update", slot.last, failed)
+                        failed = None
                     self._finish_update(slot)
                     finished = False
-                job, start, leave = self._next_for_dedicated(slot)
+                job, leave = self._next_for_dedicated(slot)
                 if leave:
                     self._thread_exited()
                     return
             if job is None:
-                self._update(slot, start)
+                failed = self._call(slot, "on_update", slot.node.on_update, slot.dt)[1]
                 finished = True
             else:
                 self._run_job(slot, job)
@@ -758,16 +770,16 @@ class Engine:
                     self._finish_job(slot, job)
             del job
 
-    def _next_for_dedicated(self, slot: Slot) -> tuple[Job | None, float, bool]:
-        """With the lock held, wait for the node's next hook; (..., True) to exit."""
+    def _next_for_dedicated(self, slot: Slot) -> tuple[Job | None, bool]:
+        """With the lock held, wait for the node's next hook (None: an update); (..., True) to exit."""
         assert slot.cond is not None
         while True:
             if slot.jobs:
                 slot.busy = True
-                return slot.jobs.popleft(), 0.0, False
+                return slot.jobs.popleft(), False
             if self._stopping:
                 if slot.stopped or not slot.started:
-                    return None, 0.0, True
+                    return None, True
                 slot.cond.wait()
                 continue
             timeout: float | None = None
@@ -775,9 +787,8 @@ class Engine:
                 now = self.clock.now()
                 due = slot.due
                 if due <= now:
-                    slot.busy = True
-                    self._busy += 1
-                    return None, now, False
+                    self._begin_update(slot, now)
+                    return None, False
                 if not self.clock.virtual:
                     timeout = self.clock.real_seconds(due - now)
             slot.cond.wait(timeout)
@@ -815,8 +826,11 @@ class Engine:
             if self._pending == 0:
                 self._host.notify_all()
 
-    def _update(self, slot: Slot, start: float) -> None:
-        """One update of ``slot``'s node that started at ``start`` (no lock held)."""
+    def _begin_update(self, slot: Slot, start: float) -> None:
+        """With the lock held, ``slot``'s update starts at ``start``: its statistics, its dt and
+        its next due time (sched.fixed-rate, sched.skip)."""
+        slot.busy = True
+        self._busy += 1
         period = slot.period
         lateness = start - slot.due
         following = slot.slot + 1
@@ -827,7 +841,7 @@ class Engine:
             due = following * period
         slot.slot = following
         slot.due = due
-        dt = start - slot.last
+        dt = slot.dt = start - slot.last
         slot.last = start
         done = slot.updates
         slot.updates = done + 1
@@ -844,10 +858,6 @@ class Engine:
             slot.lateness[done % LATENESS_WINDOW] = lateness
         if self.trace is not None:
             slot.now = (start, dt, lateness)
-        _, exc = self._call(slot, "on_update", slot.node.on_update, dt)
-        if exc is not None:
-            with self._lock:
-                self._fail(slot, "on_update", start, exc)
 
     def _run_job(self, slot: Slot, job: Job) -> None:
         node = slot.node
@@ -887,7 +897,8 @@ class Engine:
         if _initial_seed() != self._seen_seed:
             self._observe_seed(None)
         active = self._active
-        active[thread] = (slot, hook)
+        slot.hook = hook
+        active[thread] = slot
         began = _perf_counter()
         try:
             if _profiler_flags.get("_is_profiler_enabled", False):
@@ -913,12 +924,21 @@ class Engine:
             core.hook_thread = 0
             if core.reads:
                 core.reads.clear()
-            if _is_grad_enabled() != grad:
-                self._warn_setting(slot, hook, "grad mode", "torch.no_grad()")
-            if _is_inference_mode_enabled() != inference:
-                self._warn_setting(slot, hook, "inference mode", "torch.inference_mode()")
-            if _initial_seed() != self._seen_seed:
-                self._observe_seed((slot, hook))
+            if (
+                _is_grad_enabled() != grad
+                or _is_inference_mode_enabled() != inference
+                or _initial_seed() != self._seen_seed
+            ):
+                self._check_settings(slot, hook, grad, inference)
+
+    def _check_settings(self, slot: Slot, hook: str, grad: bool, inference: bool) -> None:
+        """After a hook: warn of the per-thread settings it changed, and notice a new seed."""
+        if _is_grad_enabled() != grad:
+            self._warn_setting(slot, hook, "grad mode", "torch.no_grad()")
+        if _is_inference_mode_enabled() != inference:
+            self._warn_setting(slot, hook, "inference mode", "torch.inference_mode()")
+        if _initial_seed() != self._seen_seed:
+            self._observe_seed((slot, hook))
 
     def _observe_seed(self, ended: tuple[Slot, str] | None) -> None:
         """Notice a change of torch's global seed, and name the hooks that may have made it.
@@ -932,7 +952,7 @@ class Engine:
             return
         self._seen_seed = seed
         suspects = [] if ended is None else [ended]
-        suspects += [entry for entry in list(self._active.values()) if entry != ended]
+        suspects += [(other, other.hook) for other in list(self._active.values())]  # ended left it
         if not suspects:
             return
         (slot, hook), others = suspects[0], [entry[0].name for entry in suspects[1:]]
@@ -964,8 +984,8 @@ class Engine:
 
     def hook_of_this_thread(self) -> str:
         """ " of node 'NAME' (HOOK)" for the hook the calling thread runs, else ""."""
-        entry = self._active.get(threading.get_ident())
-        return "" if entry is None else f" of node {entry[0].name!r} ({entry[1]})"
+        slot = self._active.get(threading.get_ident())
+        return "" if slot is None else f" of node {slot.name!r} ({slot.hook})"
 
 
 def _check_reads(slot: Slot, hook: str) -> None:
