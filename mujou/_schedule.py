@@ -48,9 +48,9 @@ class DueQueue:
     that is running is not in it.
 
     Nodes of one period fall due at the same instants, so the queue keeps the nodes due at
-    one time in one bucket, and a heap of the distinct due times: taking the next node is a
-    pop from a list, not a sift through a heap of every node. ``dues[0]`` is the earliest
-    due time; read it, do not change it.
+    one time in one bucket, and a heap of the distinct due times: the nodes due earliest are
+    taken together, as one list, instead of one sift through a heap of every node each.
+    ``dues[0]`` is the earliest due time; read it, do not change it.
     """
 
     __slots__ = ("_buckets", "dues")
@@ -72,15 +72,12 @@ class DueQueue:
         else:
             insort(bucket, -index)
 
-    def pop(self) -> int:
-        """Remove and return the index of the earliest node; the queue must not be empty."""
-        due = self.dues[0]
-        bucket = self._buckets[due]
-        index = -bucket.pop()
-        if not bucket:
-            heappop(self.dues)
-            del self._buckets[due]
-        return index
+    def pop_all(self) -> list[int]:
+        """Remove the nodes due earliest, all due at ``dues[0]``; the queue must not be empty.
+
+        Returns their indices with the first in registration order last, ready to ``pop()``.
+        """
+        return [-index for index in self._buckets.pop(heappop(self.dues))]
 
     def next_due(self) -> float:
         """The earliest due time, or infinity when the queue is empty."""

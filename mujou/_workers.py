@@ -5,7 +5,7 @@ hooks run outside it.
 
 Guarantees:
 - A node is in exactly one place at a time: in the due queue, queued as a job, or running on
-  one thread (``Slot.busy``). So its hooks never overlap, and the lock hand-off between two
+  one thread (``Engine._taken``). So its hooks never overlap, and the lock hand-off between two
   of its hooks makes each see what the previous one wrote (threads.hooks-exclusive).
 - A free worker takes a queued job first (start, restore, state, stop), else the update due
   earliest, equal due times in registration order (threads.earliest-due-first). Under the
@@ -92,11 +92,29 @@ class Job:
         self.error: BaseException | None = None
 
 
+class Batch:
+    """Worker updates taken together: worker nodes due at one time, run in registration order.
+
+    ``todo`` holds node indices, the next last: the worker that took the batch pops from it
+    without the lock, and under the lock another worker may pop from it too (the rest of a
+    batch whose worker is held up in a hook: NOTE [ workers under the GIL ]); ``list.pop`` is
+    atomic on every build, so each update runs once. ``ran`` holds the nodes this worker ran.
+    """
+
+    __slots__ = ("due", "failed", "ran", "shared", "todo")
+
+    def __init__(self, due: float, todo: list[int], shared: bool) -> None:
+        self.due = due
+        self.todo = todo
+        self.ran: list[Slot] = []
+        self.failed: BaseException | None = None  # how the last update in ran failed
+        self.shared = shared  # in Engine._batches, where other workers may take from it
+
+
 class Slot:
     """One node's place in the run: its schedule, its flags and its statistics."""
 
     __slots__ = (
-        "busy",
         "busy_seconds",
         "cond",
         "core",
@@ -135,7 +153,6 @@ class Slot:
         self.slot = 1  # the number of the next update; it is due at slot * period
         self.due = 0.0  # due_time(slot, period), set when the timer starts and at each update
         self.last = 0.0  # the start time of the previous update (or of the run)
-        self.busy = False
         self.started = False
         self.stop_queued = False
         self.stopped = False
@@ -162,6 +179,7 @@ class Engine:
         "_active",
         "_advance_until",
         "_alive",
+        "_batches",
         "_bursts",
         "_busy",
         "_dedicated",
@@ -180,6 +198,7 @@ class Engine:
         "_spinning",
         "_staged",
         "_stopping",
+        "_taken",
         "_threads",
         "_waker",
         "_waker_due",
@@ -209,12 +228,16 @@ class Engine:
         self.slots = [Slot(node, node._mujou, i, self._lock) for i, node in enumerate(nodes)]
         self._dedicated = [slot for slot in self.slots if slot.dedicated]
         self._due = DueQueue()  # worker nodes waiting for their next update
+        self._batches: list[Batch] = []  # the batches being run that other workers may take from
         self._jobs: deque[tuple[Slot, Job]] = deque()  # one-off jobs of worker nodes
         self._running = False  # updates may start (after the start and the restore)
         self._paused = False  # the host is taking the state: no update may start
         self._stopping = False
         self._ended = False
-        self._busy = 0  # updates running now
+        self._busy = 0  # updates running now, or taken in a batch
+        # 1 for each node out of the queue: in a hook, or taken in a batch. A bytearray, not
+        # a flag on the Slot: taking a batch then touches no node's memory.
+        self._taken = bytearray(len(self.slots))
         self._pending = 0  # jobs the host waits for
         self._worker_stops = 0  # stop jobs of worker nodes not yet done
         # Virtual timer: sent, not yet visible; each with its version counter at the send.
@@ -364,7 +387,7 @@ class Engine:
                     if slot.dedicated:
                         self._queue(slot, job)
                     else:
-                        slot.busy = True
+                        self._taken[slot.index] = 1
             collector = HookThread(
                 target=self._state_main, args=(worker_jobs,), name="mujou-state", daemon=True
             )
@@ -506,7 +529,7 @@ class Engine:
     def _next_due(self) -> float:
         due = self._due.next_due()
         for slot in self._dedicated:
-            if not slot.busy and not slot.stopped:
+            if not self._taken[slot.index] and not slot.stopped:
                 due = min(due, slot.due)
         return due
 
@@ -552,7 +575,7 @@ class Engine:
         self._host.notify_all()
 
     def _queue_stop(self, slot: Slot) -> None:
-        if slot.busy or not slot.started or slot.stop_queued:
+        if self._taken[slot.index] or not slot.started or slot.stop_queued:
             return
         slot.stop_queued = True
         if not slot.dedicated:
@@ -582,69 +605,49 @@ class Engine:
     # -- the threads' side -----------------------------------------------------------------
 
     def _worker_main(self, number: int) -> None:
-        lock, clock, dues, busy = self._lock, self.clock, self._due.dues, self.worker_busy
-        slot: Slot | None = None  # the node whose update this worker ran last
-        job: Job | None = None
-        failed: BaseException | None = None  # how that update failed
+        lock, busy = self._lock, self.worker_busy
+        batch: Batch | None = None  # the updates this worker ran last
         while True:
             with lock:
-                if slot is not None:  # put it back
-                    if failed is not None:
-                        self._fail(slot, "on_update", slot.last, failed)
-                        failed = None
-                    self._finish_update(slot)
-                    if self._in_hook is not None:
-                        self._in_hook[number] = 0.0
-                # What _next_for_worker does in the common case, in short: updates may start,
-                # the earliest is due, no job is queued, and there is no other worker to leave
-                # it to (no GIL, or no update running: NOTE [ workers under the GIL ]).
-                if (
-                    self._running
-                    and not self._paused
-                    and not self._stopping
-                    and dues
-                    and dues[0] <= (start := clock.now())
-                    and not self._jobs
-                    and (self._in_hook is None or self._busy == 0)
-                ):
-                    slot = self._take(number, start)
-                else:
-                    slot, job, start = self._next_for_worker(number)
-                if slot is None:
+                if batch is not None:
+                    self._put_back(batch, number)
+                batch, slot, job = self._next_for_worker(number)
+                if batch is None and job is None:
                     self._thread_exited()
                     return
-            before = slot.busy_seconds  # _call measures each hook's time there
-            if job is None:
-                failed = self._call(slot, "on_update", slot.node.on_update, slot.dt)[1]
-                busy[number] += slot.busy_seconds - before
+            if batch is not None:
+                busy[number] += self._run_batch(batch, number)
             else:
+                assert slot is not None and job is not None
+                before = slot.busy_seconds  # _call measures each hook's time there
                 self._run_job(slot, job)
                 with lock:
                     self._finish_job(slot, job)
                 busy[number] += slot.busy_seconds - before
                 slot = job = None  # drop the references while idle, as concurrent.futures does
 
-    def _next_for_worker(self, number: int) -> tuple[Slot | None, Job | None, float]:
-        """With the lock held, wait for the next thing a worker does; (None, ...) to exit."""
-        dues = self._due.dues
+    def _next_for_worker(self, number: int) -> tuple[Batch | None, Slot | None, Job | None]:
+        """With the lock held, wait for the next thing a worker does: updates or a job.
+
+        (None, None, None): the worker exits.
+        """
         while True:
             if self._jobs:
                 slot, job = self._jobs.popleft()
-                slot.busy = True
-                return slot, job, 0.0
+                self._taken[slot.index] = 1
+                return None, slot, job
             if self._stopping:
                 # A worker node still in a hook (a start, or the state thread's state_dict)
                 # may yet need its on_stop run by a worker: stay until none is.
                 if self._worker_stops == 0 and not any(
-                    slot.busy for slot in self.slots if not slot.dedicated
+                    self._taken[slot.index] for slot in self.slots if not slot.dedicated
                 ):
-                    return None, None, 0.0
+                    return None, None, None
                 self._work.wait(number)
                 continue
             timeout: float | None = None
-            if self._running and not self._paused and dues:
+            if self._running and not self._paused and (due := self._earliest()) < math.inf:
                 now = self.clock.now()
-                due = dues[0]
                 if due > now:
                     if not self.clock.virtual:
                         timeout = self.clock.real_seconds(due - now)
@@ -656,25 +659,105 @@ class Engine:
                             if self._bursts and not self._spinning and self._burst_at(due):
                                 timeout -= self._lead  # NOTE [ waking for a burst ]
                                 if timeout <= 0.0:
+                                    burst = self._take_queued(number)
                                     self._spin_until(due)
                                     self._waker, self._waker_due = -1, math.inf
-                                    continue
+                                    return burst, None, None
                         self._wait_timed(number, timeout)
                         if self._waker == number:
                             self._waker, self._waker_due = -1, math.inf
                         continue
                 elif self._in_hook is None or (timeout := self._hold_back(number)) == 0.0:
-                    return self._take(number, now), None, now
+                    taken = self._take(number, due)
+                    if taken is not None:
+                        return taken, None, None
+                    continue  # the batch it was to take from ran out meanwhile
             self._work.wait(number, timeout)
 
-    def _take(self, number: int, start: float) -> Slot:
-        """With the lock held, worker ``number`` takes the earliest due update, starting at ``start``."""
-        slot = self.slots[self._due.pop()]
-        if self._in_hook is not None:
+    def _earliest(self) -> float:
+        """With the lock held, the due time of the earliest update that no worker has begun."""
+        due = self._due.dues[0] if self._due.dues else math.inf
+        for batch in self._batches:
+            if batch.todo and batch.due < due:
+                due = batch.due
+        return due
+
+    def _take(self, number: int, due: float) -> Batch | None:
+        """With the lock held, worker ``number`` takes the updates due at ``due``, the earliest.
+
+        From the queue, every node due then; else one update from the rest of a batch another
+        worker runs, or None when that batch ran out meanwhile.
+        """
+        if self._due.dues and self._due.dues[0] == due:
+            return self._take_queued(number)
+        other = next(batch for batch in self._batches if batch.due == due)
+        try:
+            batch = Batch(due, [other.todo.pop()], shared=False)
+        except IndexError:  # its worker took the last one
+            return None
+        self._note_taken(number)
+        return batch
+
+    def _take_queued(self, number: int) -> Batch:
+        """With the lock held, worker ``number`` takes every node due first in the queue."""
+        due = self._due.dues[0]
+        todo = self._due.pop_all()
+        taken = self._taken
+        for index in todo:
+            taken[index] = 1
+        self._busy += len(todo)
+        batch = Batch(due, todo, shared=self.workers > 1 and len(todo) > 1)
+        if batch.shared:
+            self._batches.append(batch)
+        self._note_taken(number)
+        return batch
+
+    def _note_taken(self, number: int) -> None:
+        if self._in_hook is not None:  # NOTE [ workers under the GIL ]
             self._in_hook[number] = _perf_counter()
             self._patience[number] = 0
-        self._begin_update(slot, start)
-        return slot
+
+    def _run_batch(self, batch: Batch, number: int) -> float:
+        """Run ``batch``'s updates in turn, no lock held; return the seconds spent in hooks.
+
+        Ends early, leaving the rest to ``_put_back``: when the engine needs the worker (a
+        job, a pause, the stop), when an update fails, and when a node that ran is due again
+        (from the queue, another worker may take it: threads.earliest-due-first).
+        """
+        clock, slots, todo, ran, in_hook = self.clock, self.slots, batch.todo, batch.ran, self._in_hook
+        spent = 0.0
+        again = math.inf  # the earliest next due time of the nodes that ran
+        while not (self._jobs or self._paused or self._stopping) and (start := clock.now()) < again:
+            try:
+                slot = slots[todo.pop()]
+            except IndexError:  # done, or another worker took the last one
+                break
+            if in_hook is not None:
+                in_hook[number] = _perf_counter()
+            self._begin_update(slot, start)
+            before = slot.busy_seconds
+            failed = self._call(slot, "on_update", slot.node.on_update, slot.dt)[1]
+            spent += slot.busy_seconds - before
+            ran.append(slot)
+            if failed is not None:
+                batch.failed = failed
+                break
+            if slot.due < again:
+                again = slot.due
+        return spent
+
+    def _put_back(self, batch: Batch, number: int) -> None:
+        """With the lock held, the nodes of ``batch`` go back: those that ran, and those left."""
+        if self._in_hook is not None:
+            self._in_hook[number] = 0.0
+        if batch.shared:
+            self._batches.remove(batch)
+        if batch.failed is not None:
+            failed = batch.ran[-1]
+            self._fail(failed, "on_update", failed.last, batch.failed)
+        todo = batch.todo  # no other worker takes from it now: it left _batches
+        self._finish_updates(batch.ran + [self.slots[index] for index in reversed(todo)])
+        todo.clear()
 
     def _burst_at(self, due: float) -> bool:
         """Whether BURST or more worker updates are due within ``_lead`` of ``due`` (the earliest)."""
@@ -698,9 +781,11 @@ class Engine:
         NOTE [ waking for a burst ]: a timed wait wakes late, by 0.05 to 0.5 ms depending on
         the machine, and every update of a burst due at once inherits that lateness. So when
         BURST or more worker updates are due together, one worker wakes ``_lead`` early (the
-        lateness of recent timed wake-ups, learnt in ``_wait_timed``) and yields the CPU in a
-        loop until they are due. Fewer updates sleep to their due time: a lone node's spin
-        would cost more CPU than the lateness it saves.
+        lateness of recent timed wake-ups, learnt in ``_wait_timed``), takes them as a batch
+        and yields the CPU in a loop until they are due: after a sleep, the CPU's caches are
+        cold and taking a batch costs several times what it does warm, so it is done before
+        the due time rather than after. Fewer updates sleep to their due time: a lone node's
+        spin would cost more CPU than the lateness it saves.
         """
         self._spinning = True
         self._lock.release()
@@ -755,7 +840,7 @@ class Engine:
                     if failed is not None:
                         self._fail(slot, "on_update", slot.last, failed)
                         failed = None
-                    self._finish_update(slot)
+                    self._finish_updates((slot,))
                     finished = False
                 job, leave = self._next_for_dedicated(slot)
                 if leave:
@@ -775,7 +860,7 @@ class Engine:
         assert slot.cond is not None
         while True:
             if slot.jobs:
-                slot.busy = True
+                self._taken[slot.index] = 1
                 return slot.jobs.popleft(), False
             if self._stopping:
                 if slot.stopped or not slot.started:
@@ -787,20 +872,30 @@ class Engine:
                 now = self.clock.now()
                 due = slot.due
                 if due <= now:
+                    self._taken[slot.index] = 1
+                    self._busy += 1
                     self._begin_update(slot, now)
                     return None, False
                 if not self.clock.virtual:
                     timeout = self.clock.real_seconds(due - now)
             slot.cond.wait(timeout)
 
-    def _finish_update(self, slot: Slot) -> None:
-        slot.busy = False
-        self._busy -= 1
+    def _finish_updates(self, slots: Sequence[Slot]) -> None:
+        """With the lock held, the nodes whose updates ran (or were taken and not begun) go
+        back: to the queue (worker nodes), or to their stop."""
+        taken = self._taken
+        self._busy -= len(slots)
         if self._stopping:
-            self._queue_stop(slot)
+            for slot in slots:
+                taken[slot.index] = 0
+                self._queue_stop(slot)
             self._work.notify_all()
-        elif not slot.dedicated:
-            self._due.push(slot.due, slot.index)
+        else:
+            push = self._due.push
+            for slot in slots:
+                taken[slot.index] = 0
+                if not slot.dedicated:
+                    push(slot.due, slot.index)
         # Wake the host only when it has something to do: it waits for no update to be
         # running (a state_dict) or, under the virtual timer, for the batch to be done.
         if self._busy == 0 and (
@@ -809,7 +904,7 @@ class Engine:
             self._host.notify_all()
 
     def _finish_job(self, slot: Slot, job: Job) -> None:
-        slot.busy = False
+        self._taken[slot.index] = 0
         if job.kind == START:
             slot.started = job.error is None
         elif job.kind == STOP:
@@ -827,10 +922,8 @@ class Engine:
                 self._host.notify_all()
 
     def _begin_update(self, slot: Slot, start: float) -> None:
-        """With the lock held, ``slot``'s update starts at ``start``: its statistics, its dt and
-        its next due time (sched.fixed-rate, sched.skip)."""
-        slot.busy = True
-        self._busy += 1
+        """``slot``'s update starts at ``start``: its statistics, its dt and its next due time
+        (sched.fixed-rate, sched.skip). The node is busy: its thread alone touches these."""
         period = slot.period
         lateness = start - slot.due
         following = slot.slot + 1

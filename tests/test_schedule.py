@@ -49,7 +49,9 @@ def test_queue_orders_by_due_then_registration() -> None:
         queue.push(due, index)
     assert len(queue) == 5
     assert queue.next_due() == 0.01
-    assert [queue.pop() for _ in range(5)] == [2, 5, 0, 1, 3]
+    assert queue.pop_all() == [5, 2]  # the first to run last
+    assert queue.next_due() == 0.02
+    assert queue.pop_all() == [3, 1, 0]
     assert not queue.dues
     assert queue.next_due() == math.inf
     assert len(queue) == 0
@@ -68,8 +70,14 @@ def test_queue_counts_the_nodes_due_by_a_time() -> None:
     assert queue.count_until(1.0, 100) == 8
 
 
+def queue_due(indices: list[int], slots: list[int], periods: list[float]) -> float:
+    """The due time of the nodes pop_all() returned (before their slots move on)."""
+    return due_time(slots[indices[0]], periods[indices[0]])
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_queue_pops_as_a_heap_of_due_and_index_would(seed: int) -> None:
+    """pop_all() takes what popping (due, index) from a heap while the due is the first one's would."""
     rng = random.Random(seed)
     periods = [rng.choice([0.001, 0.002, 0.01, 1 / 30, 0.1]) for _ in range(rng.randrange(1, 40))]
     queue, reference = DueQueue(), list[tuple[float, int]]()
@@ -79,12 +87,16 @@ def test_queue_pops_as_a_heap_of_due_and_index_would(seed: int) -> None:
         heapq.heappush(reference, (due_time(1, period), index))
     for _ in range(500):
         assert queue.next_due() == reference[0][0]
-        index = queue.pop()
-        assert index == heapq.heappop(reference)[1]
-        slots[index] += rng.choice([1, 1, 1, 2])
-        due = due_time(slots[index], periods[index])
-        queue.push(due, index)
-        heapq.heappush(reference, (due, index))
+        indices = queue.pop_all()
+        expected = []
+        while reference and reference[0][0] == queue_due(indices, slots, periods):
+            expected.append(heapq.heappop(reference)[1])
+        assert indices == expected[::-1]
+        for index in indices:
+            slots[index] += rng.choice([1, 1, 1, 2])
+            due = due_time(slots[index], periods[index])
+            queue.push(due, index)
+            heapq.heappush(reference, (due, index))
         time = reference[0][0] + rng.choice([0.0, 0.001, 0.01])
         assert queue.count_until(time, 1000) == len([due for due, _ in reference if due <= time])
     queue.clear()
