@@ -57,7 +57,8 @@ class DueQueue:
 
     def __init__(self) -> None:
         self.dues: list[float] = []  # a heap of the due times that have a bucket
-        # Each bucket holds the negated indices in ascending order: the smallest index last.
+        # Each bucket holds the indices in ascending order: nodes put back in registration
+        # order, as a batch puts them back, are appended.
         self._buckets: dict[float, list[int]] = {}
 
     def __len__(self) -> int:
@@ -67,17 +68,17 @@ class DueQueue:
         """Add node ``index``, next due at ``due``."""
         bucket = self._buckets.get(due)
         if bucket is None:
-            self._buckets[due] = [-index]
+            self._buckets[due] = [index]
             heappush(self.dues, due)
         else:
-            insort(bucket, -index)
+            insort(bucket, index)
 
     def pop_all(self) -> list[int]:
         """Remove the nodes due earliest, all due at ``dues[0]``; the queue must not be empty.
 
         Returns their indices with the first in registration order last, ready to ``pop()``.
         """
-        return [-index for index in self._buckets.pop(heappop(self.dues))]
+        return self._buckets.pop(heappop(self.dues))[::-1]
 
     def next_due(self) -> float:
         """The earliest due time, or infinity when the queue is empty."""

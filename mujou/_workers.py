@@ -103,12 +103,13 @@ class Batch:
 
     __slots__ = ("due", "failed", "ran", "shared", "todo")
 
-    def __init__(self, due: float, todo: list[int], shared: bool) -> None:
-        self.due = due
-        self.todo = todo
+    def __init__(self) -> None:
+        self.due = math.inf
+        self.todo: list[int] = []
         self.ran: list[Slot] = []
         self.failed: BaseException | None = None  # how the last update in ran failed
-        self.shared = shared  # in Engine._batches, where other workers may take from it
+        self.shared = False  # in Engine._batches, where other workers may take from it
+        # Each worker has one Batch, which it fills again at each take.
 
 
 class Slot:
@@ -179,6 +180,7 @@ class Engine:
         "_active",
         "_advance_until",
         "_alive",
+        "_batch",
         "_batches",
         "_bursts",
         "_busy",
@@ -229,6 +231,7 @@ class Engine:
         self._dedicated = [slot for slot in self.slots if slot.dedicated]
         self._due = DueQueue()  # worker nodes waiting for their next update
         self._batches: list[Batch] = []  # the batches being run that other workers may take from
+        self._batch = [Batch() for _ in range(workers)]  # each worker's
         self._jobs: deque[tuple[Slot, Job]] = deque()  # one-off jobs of worker nodes
         self._running = False  # updates may start (after the start and the restore)
         self._paused = False  # the host is taking the state: no update may start
@@ -605,18 +608,37 @@ class Engine:
     # -- the threads' side -----------------------------------------------------------------
 
     def _worker_main(self, number: int) -> None:
-        lock, busy = self._lock, self.worker_busy
+        lock, clock, dues, busy = self._lock, self.clock, self._due.dues, self.worker_busy
         batch: Batch | None = None  # the updates this worker ran last
+        slot: Slot | None = None
+        job: Job | None = None
         while True:
             with lock:
                 if batch is not None:
                     self._put_back(batch, number)
-                batch, slot, job = self._next_for_worker(number)
+                # What _next_for_worker does in the common case, in short: updates may start,
+                # the queue's first are due, no job is queued, no batch is left to take from,
+                # and there is no other worker to leave it to (no GIL, or no update running:
+                # NOTE [ workers under the GIL ]).
+                if (
+                    self._running
+                    and not self._paused
+                    and not self._stopping
+                    and dues
+                    and dues[0] <= (now := clock.now())
+                    and not self._jobs
+                    and not self._batches
+                    and (self._in_hook is None or self._busy == 0)
+                ):
+                    batch = self._take_queued(number)
+                else:
+                    batch, slot, job = self._next_for_worker(number)
+                    now = clock.now()
                 if batch is None and job is None:
                     self._thread_exited()
                     return
             if batch is not None:
-                busy[number] += self._run_batch(batch, number)
+                busy[number] += self._run_batch(batch, number, now)
             else:
                 assert slot is not None and job is not None
                 before = slot.busy_seconds  # _call measures each hook's time there
@@ -662,6 +684,9 @@ class Engine:
                                     burst = self._take_queued(number)
                                     self._spin_until(due)
                                     self._waker, self._waker_due = -1, math.inf
+                                    if self._needed():  # it came while the lock was free
+                                        self._put_back(burst, number)
+                                        continue
                                     return burst, None, None
                         self._wait_timed(number, timeout)
                         if self._waker == number:
@@ -673,6 +698,10 @@ class Engine:
                         return taken, None, None
                     continue  # the batch it was to take from ran out meanwhile
             self._work.wait(number, timeout)
+
+    def _needed(self) -> bool:
+        """Whether a worker is needed for something other than updates: a job, a pause, the stop."""
+        return bool(self._jobs) or self._paused or self._stopping
 
     def _earliest(self) -> float:
         """With the lock held, the due time of the earliest update that no worker has begun."""
@@ -692,24 +721,28 @@ class Engine:
             return self._take_queued(number)
         other = next(batch for batch in self._batches if batch.due == due)
         try:
-            batch = Batch(due, [other.todo.pop()], shared=False)
+            index = other.todo.pop()
         except IndexError:  # its worker took the last one
             return None
         self._note_taken(number)
+        batch = self._batch[number]
+        batch.due, batch.todo, batch.shared = due, [index], False
         return batch
 
     def _take_queued(self, number: int) -> Batch:
         """With the lock held, worker ``number`` takes every node due first in the queue."""
-        due = self._due.dues[0]
-        todo = self._due.pop_all()
+        batch = self._batch[number]
+        batch.due = self._due.dues[0]
+        batch.todo = todo = self._due.pop_all()
         taken = self._taken
         for index in todo:
             taken[index] = 1
         self._busy += len(todo)
-        batch = Batch(due, todo, shared=self.workers > 1 and len(todo) > 1)
-        if batch.shared:
-            self._batches.append(batch)
-        self._note_taken(number)
+        if self.workers > 1:
+            batch.shared = len(todo) > 1
+            if batch.shared:
+                self._batches.append(batch)
+            self._note_taken(number)
         return batch
 
     def _note_taken(self, number: int) -> None:
@@ -717,8 +750,9 @@ class Engine:
             self._in_hook[number] = _perf_counter()
             self._patience[number] = 0
 
-    def _run_batch(self, batch: Batch, number: int) -> float:
-        """Run ``batch``'s updates in turn, no lock held; return the seconds spent in hooks.
+    def _run_batch(self, batch: Batch, number: int, start: float) -> float:
+        """Run ``batch``'s updates in turn, the first at ``start``, no lock held; return the
+        seconds spent in hooks.
 
         Ends early, leaving the rest to ``_put_back``: when the engine needs the worker (a
         job, a pause, the stop), when an update fails, and when a node that ran is due again
@@ -727,10 +761,10 @@ class Engine:
         clock, slots, todo, ran, in_hook = self.clock, self.slots, batch.todo, batch.ran, self._in_hook
         spent = 0.0
         again = math.inf  # the earliest next due time of the nodes that ran
-        while not (self._jobs or self._paused or self._stopping) and (start := clock.now()) < again:
+        while True:
             try:
                 slot = slots[todo.pop()]
-            except IndexError:  # done, or another worker took the last one
+            except IndexError:  # another worker took the last one
                 break
             if in_hook is not None:
                 in_hook[number] = _perf_counter()
@@ -744,6 +778,11 @@ class Engine:
                 break
             if slot.due < again:
                 again = slot.due
+            if not todo or self._jobs or self._paused or self._stopping:  # or self._needed()
+                break
+            start = clock.now()
+            if start >= again:
+                break
         return spent
 
     def _put_back(self, batch: Batch, number: int) -> None:
@@ -755,9 +794,26 @@ class Engine:
         if batch.failed is not None:
             failed = batch.ran[-1]
             self._fail(failed, "on_update", failed.last, batch.failed)
-        todo = batch.todo  # no other worker takes from it now: it left _batches
-        self._finish_updates(batch.ran + [self.slots[index] for index in reversed(todo)])
-        todo.clear()
+        ran, todo = batch.ran, batch.todo  # no other worker takes from todo now: it left _batches
+        if todo:
+            ran += [self.slots[index] for index in todo]
+            todo.clear()
+        taken = self._taken
+        self._busy -= len(ran)
+        if self._stopping:
+            for slot in ran:
+                taken[slot.index] = 0
+                self._queue_stop(slot)
+            self._work.notify_all()
+        else:
+            push = self._due.push
+            for slot in ran:
+                taken[slot.index] = 0
+                push(slot.due, slot.index)
+        ran.clear()
+        batch.failed = None
+        if self._busy == 0:
+            self._updates_done()
 
     def _burst_at(self, due: float) -> bool:
         """Whether BURST or more worker updates are due within ``_lead`` of ``due`` (the earliest)."""
@@ -840,7 +896,7 @@ class Engine:
                     if failed is not None:
                         self._fail(slot, "on_update", slot.last, failed)
                         failed = None
-                    self._finish_updates((slot,))
+                    self._finish_dedicated(slot)
                     finished = False
                 job, leave = self._next_for_dedicated(slot)
                 if leave:
@@ -880,27 +936,23 @@ class Engine:
                     timeout = self.clock.real_seconds(due - now)
             slot.cond.wait(timeout)
 
-    def _finish_updates(self, slots: Sequence[Slot]) -> None:
-        """With the lock held, the nodes whose updates ran (or were taken and not begun) go
-        back: to the queue (worker nodes), or to their stop."""
-        taken = self._taken
-        self._busy -= len(slots)
+    def _finish_dedicated(self, slot: Slot) -> None:
+        """With the lock held, the update of dedicated ``slot`` is done."""
+        self._taken[slot.index] = 0
+        self._busy -= 1
         if self._stopping:
-            for slot in slots:
-                taken[slot.index] = 0
-                self._queue_stop(slot)
+            self._queue_stop(slot)
             self._work.notify_all()
-        else:
-            push = self._due.push
-            for slot in slots:
-                taken[slot.index] = 0
-                if not slot.dedicated:
-                    push(slot.due, slot.index)
-        # Wake the host only when it has something to do: it waits for no update to be
-        # running (a state_dict) or, under the virtual timer, for the batch to be done.
-        if self._busy == 0 and (
-            self._paused or (self.clock.virtual and self._quiescent() and not self._next_batch())
-        ):
+        if self._busy == 0:
+            self._updates_done()
+
+    def _updates_done(self) -> None:
+        """With the lock held, no update is running: wake the host if it has something to do.
+
+        It waits for no update to be running (a state_dict) or, under the virtual timer, for
+        the batch to be done (unless the next batch starts from here).
+        """
+        if self._paused or (self.clock.virtual and self._quiescent() and not self._next_batch()):
             self._host.notify_all()
 
     def _finish_job(self, slot: Slot, job: Job) -> None:
