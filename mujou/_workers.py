@@ -168,7 +168,7 @@ class Slot:
         self.lateness = array("d")  # the last LATENESS_WINDOW latenesses, a ring once full
         self.lateness_max = 0.0
         self.dt = 0.0  # the running update's dt
-        self.hook = ""  # the hook running now, while the node is in Engine._active
+        self.hook = ""  # the hook running now, while core.hook_thread is set
         self.now: tuple[float, float, float] | None = None  # the running update's t, dt, lateness
         self.warned: set[str] = set()
 
@@ -177,7 +177,6 @@ class Engine:
     """Runs the hooks of a net's nodes on workers and dedicated threads, on a clock."""
 
     __slots__ = (
-        "_active",
         "_advance_until",
         "_alive",
         "_batch",
@@ -250,7 +249,6 @@ class Engine:
         self.error: HookError | None = None
         self.end_time = 0.0
         self.end_real = 0.0
-        self._active: dict[int, Slot] = {}  # the nodes running a hook now (Slot.hook), by thread
         self.trace = trace
         self.finishers: list[Callable[[], None]] = []  # run once the run has ended and stopped
         if trace is not None:
@@ -1027,8 +1025,8 @@ class Engine:
         This runs for every update: keep it to the checks the spec asks for.
         """
         core = slot.core
-        thread = _get_ident()
-        core.hook_thread = thread
+        slot.hook = hook
+        core.hook_thread = _get_ident()
         streams = core.streams
         restore_host: Callable[[], None] | None = None
         if streams is not None:
@@ -1041,9 +1039,6 @@ class Engine:
         inference = _is_inference_mode_enabled()
         if _initial_seed() != self._seen_seed:
             self._observe_seed(None)
-        active = self._active
-        slot.hook = hook
-        active[thread] = slot
         began = _perf_counter()
         try:
             if _profiler_flags.get("_is_profiler_enabled", False):
@@ -1065,7 +1060,6 @@ class Engine:
                 restore_host()
             if self.trace is not None:
                 self.trace.record(slot.name, hook, began, ended, slot.now if hook == "on_update" else None)
-            del active[thread]
             core.hook_thread = 0
             if core.reads:
                 core.reads.clear()
@@ -1097,7 +1091,7 @@ class Engine:
             return
         self._seen_seed = seed
         suspects = [] if ended is None else [ended]
-        suspects += [(other, other.hook) for other in list(self._active.values())]  # ended left it
+        suspects += [(other, other.hook) for other in self._in_hooks()]  # ended has left
         if not suspects:
             return
         (slot, hook), others = suspects[0], [entry[0].name for entry in suspects[1:]]
@@ -1129,8 +1123,13 @@ class Engine:
 
     def hook_of_this_thread(self) -> str:
         """ " of node 'NAME' (HOOK)" for the hook the calling thread runs, else ""."""
-        slot = self._active.get(threading.get_ident())
+        thread = threading.get_ident()
+        slot = next((slot for slot in self._in_hooks() if slot.core.hook_thread == thread), None)
         return "" if slot is None else f" of node {slot.name!r} ({slot.hook})"
+
+    def _in_hooks(self) -> list[Slot]:
+        """The nodes running a hook now (a scan: for the rare paths that name them)."""
+        return [slot for slot in self.slots if slot.core.hook_thread]
 
 
 def _check_reads(slot: Slot, hook: str) -> None:
