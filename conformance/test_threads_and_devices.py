@@ -600,6 +600,26 @@ def test_a_blocking_hook_holds_only_its_worker() -> None:
         blocker.release.set()
 
 
+@pytest.mark.rule("threads.blocking-holds-worker", "threads.earliest-due-first")
+def test_nodes_due_with_a_blocking_hook_go_on_on_the_other_worker() -> None:
+    """> A hook that blocks holds its worker meanwhile ...
+
+    Nodes falling due together are taken together (the scheduling page): the blocker, first
+    in registration order, blocks with the others taken beside it, and the other worker runs
+    them meanwhile, again and again."""
+    blocker = BlockOnce(period=0.02)
+    others = {f"n{i}": DtRecorder(period=0.02) for i in range(3)}
+    with mujou.run(Bag(blocker=blocker, **others), workers=2):
+        assert blocker.entered.wait(HANG_GUARD)
+        counts = {name: len(node.dts) for name, node in others.items()}
+        wait_until(
+            lambda: all(len(node.dts) >= counts[name] + 3 for name, node in others.items()),
+            "three more updates of each other node",
+        )
+        assert not blocker.release.is_set()  # the blocker still blocks
+        blocker.release.set()
+
+
 # --------------------------------------------------------------------------------------------
 # threads.dedicated / threads.dedicated-blocking
 
