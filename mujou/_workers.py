@@ -4,15 +4,17 @@ One lock (``Engine._lock``) guards the schedule and every node's bookkeeping bet
 hooks run outside it.
 
 Guarantees:
-- A node is in exactly one place at a time: in the due queue, queued as a job, or running on
-  one thread (``Engine._taken``). So its hooks never overlap, and the lock hand-off between two
-  of its hooks makes each see what the previous one wrote (threads.hooks-exclusive).
+- A node is in exactly one place at a time: in the due queue, queued as a job, or taken by one
+  thread, to run or running (``Engine._taken``). So its hooks never overlap, and the lock
+  hand-off between two of its hooks makes each see what the previous one wrote
+  (threads.hooks-exclusive).
 - A free worker takes a queued job first (start, restore, state, stop), else the update due
   earliest, equal due times in registration order (threads.earliest-due-first). Under the
   GIL it may leave a due update to a worker about to be free (NOTE [ workers under the GIL ]).
-- Taking the next update and putting back the previous one is one lock acquisition, with
-  no allocation in the common case; idle workers park on a lock of their own (``Parking``)
-  and a notify wakes one, the last to park.
+- Worker nodes due at one time are taken together (``Batch``) and run in registration order;
+  putting back one batch and taking the next is one lock acquisition, not one per update.
+  A worker held up in a hook leaves the rest of its batch to the others. Idle workers park
+  on a lock of their own (``Parking``) and a notify wakes one, the last to park.
 - Under the real-time timer, a worker sleeps to the next due time, and wakes a little early
   and yields the CPU until then when a burst of updates falls due (NOTE [ waking for a burst ]).
 - Under the virtual timer, time moves only within the host's ``advance``, and only when no
@@ -630,8 +632,7 @@ class Engine:
                 ):
                     batch = self._take_queued(number)
                 else:
-                    batch, slot, job = self._next_for_worker(number)
-                    now = clock.now()
+                    batch, slot, job, now = self._next_for_worker(number)
                 if batch is None and job is None:
                     self._thread_exited()
                     return
@@ -646,27 +647,30 @@ class Engine:
                 busy[number] += slot.busy_seconds - before
                 slot = job = None  # drop the references while idle, as concurrent.futures does
 
-    def _next_for_worker(self, number: int) -> tuple[Batch | None, Slot | None, Job | None]:
+    def _next_for_worker(self, number: int) -> tuple[Batch | None, Slot | None, Job | None, float]:
         """With the lock held, wait for the next thing a worker does: updates or a job.
 
-        (None, None, None): the worker exits.
+        Returns (batch, None, None, the timer time now), (None, slot, job, ...), or
+        (None, None, None, ...) when the worker exits.
         """
+        dues = self._due.dues
         while True:
             if self._jobs:
                 slot, job = self._jobs.popleft()
                 self._taken[slot.index] = 1
-                return None, slot, job
+                return None, slot, job, 0.0
             if self._stopping:
                 # A worker node still in a hook (a start, or the state thread's state_dict)
                 # may yet need its on_stop run by a worker: stay until none is.
                 if self._worker_stops == 0 and not any(
                     self._taken[slot.index] for slot in self.slots if not slot.dedicated
                 ):
-                    return None, None, None
+                    return None, None, None, 0.0
                 self._work.wait(number)
                 continue
             timeout: float | None = None
-            if self._running and not self._paused and (due := self._earliest()) < math.inf:
+            due = self._earliest() if self._batches else dues[0] if dues else math.inf
+            if self._running and not self._paused and due < math.inf:
                 now = self.clock.now()
                 if due > now:
                     if not self.clock.virtual:
@@ -685,15 +689,15 @@ class Engine:
                                     if self._needed():  # it came while the lock was free
                                         self._put_back(burst, number)
                                         continue
-                                    return burst, None, None
+                                    return burst, None, None, self.clock.now()
                         self._wait_timed(number, timeout)
                         if self._waker == number:
                             self._waker, self._waker_due = -1, math.inf
                         continue
                 elif self._in_hook is None or (timeout := self._hold_back(number)) == 0.0:
-                    taken = self._take(number, due)
+                    taken = self._take(number, due) if self._batches else self._take_queued(number)
                     if taken is not None:
-                        return taken, None, None
+                        return taken, None, None, now
                     continue  # the batch it was to take from ran out meanwhile
             self._work.wait(number, timeout)
 
@@ -744,6 +748,7 @@ class Engine:
         return batch
 
     def _note_taken(self, number: int) -> None:
+        """Worker ``number`` took updates: it counts as in a hook from now."""
         if self._in_hook is not None:  # NOTE [ workers under the GIL ]
             self._in_hook[number] = _perf_counter()
             self._patience[number] = 0
@@ -776,7 +781,7 @@ class Engine:
                 break
             if slot.due < again:
                 again = slot.due
-            if not todo or self._jobs or self._paused or self._stopping:  # or self._needed()
+            if not todo or self._jobs or self._paused or self._stopping:  # _needed(), inlined
                 break
             start = clock.now()
             if start >= again:
@@ -810,7 +815,7 @@ class Engine:
                 push(slot.due, slot.index)
         ran.clear()
         batch.failed = None
-        if self._busy == 0:
+        if self._busy == 0 and (self._paused or self.clock.virtual):
             self._updates_done()
 
     def _burst_at(self, due: float) -> bool:
