@@ -684,7 +684,7 @@ class Engine:
                                 timeout -= self._lead  # NOTE [ waking for a burst ]
                                 if timeout <= 0.0:
                                     burst = self._take_queued(number)
-                                    self._spin_until(due)
+                                    self._spin_until(due, burst)
                                     self._waker, self._waker_due = -1, math.inf
                                     if self._needed():  # it came while the lock was free
                                         self._put_back(burst, number)
@@ -834,27 +834,44 @@ class Engine:
             # A moving average of the last few, doubled: most wake-ups come before the lead.
             self._lead = min(MAX_LEAD, 0.875 * self._lead + 0.125 * 2.0 * max(0.0, late))
 
-    def _spin_until(self, due: float) -> None:
-        """Wait for the timer to reach ``due`` without sleeping, the lock released meanwhile.
+    def _spin_until(self, due: float, burst: Batch) -> None:
+        """Wait for the timer to reach ``due`` without sleeping, the lock released meanwhile;
+        warm the CPU's caches for ``burst``, taken, due then.
 
         NOTE [ waking for a burst ]: a timed wait wakes late, by 0.05 to 0.5 ms depending on
         the machine, and every update of a burst due at once inherits that lateness. So when
         BURST or more worker updates are due together, one worker wakes ``_lead`` early (the
         lateness of recent timed wake-ups, learnt in ``_wait_timed``), takes them as a batch
-        and yields the CPU in a loop until they are due: after a sleep, the CPU's caches are
-        cold and taking a batch costs several times what it does warm, so it is done before
-        the due time rather than after. Fewer updates sleep to their due time: a lone node's
+        and yields the CPU in a loop until they are due. After a sleep the CPU's caches are
+        cold, and work costs several times what it does warm: so the batch is taken before
+        the due time rather than after, and while it waits the worker reads what the first
+        updates will read (``_warm``). Fewer updates sleep to their due time: a lone node's
         spin would cost more CPU than the lateness it saves.
         """
         self._spinning = True
         self._lock.release()
         try:
             clock = self.clock
+            self._warm(burst, due)
             while clock.now() < due:
                 _yield_cpu()
         finally:
             self._lock.acquire()
             self._spinning = False
+
+    def _warm(self, burst: Batch, due: float) -> None:
+        """Read each node's bookkeeping and the objects in its ``__dict__`` (its ports, the
+        Python objects of its tensors), the first to run first, until the timer reaches ``due``.
+
+        Only reads: the nodes are taken, so no hook of theirs runs meanwhile.
+        """
+        slots, clock = self.slots, self.clock
+        for count, index in enumerate(reversed(burst.todo)):  # shared: it may shrink meanwhile
+            if count % 16 == 0 and clock.now() >= due:
+                return
+            slot = slots[index]
+            core = slot.core
+            _ = (slot.due, slot.lateness, core.context, core.reads, tuple(vars(slot.node).values()))
 
     def _hold_back(self, number: int) -> float:
         """How long worker ``number`` leaves due work to the workers in short hooks, or 0.0.
