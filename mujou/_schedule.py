@@ -78,7 +78,9 @@ class DueQueue:
 
         Returns their indices with the first in registration order last, ready to ``pop()``.
         """
-        return self._buckets.pop(heappop(self.dues))[::-1]
+        bucket = self._buckets.pop(heappop(self.dues))
+        bucket.reverse()
+        return bucket
 
     def next_due(self) -> float:
         """The earliest due time, or infinity when the queue is empty."""

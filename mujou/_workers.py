@@ -101,6 +101,7 @@ class Batch:
     without the lock, and under the lock another worker may pop from it too (the rest of a
     batch whose worker is held up in a hook: NOTE [ workers under the GIL ]); ``list.pop`` is
     atomic on every build, so each update runs once. ``ran`` holds the nodes this worker ran.
+    Each worker has one Batch, which it fills again at each take.
     """
 
     __slots__ = ("due", "failed", "ran", "shared", "todo")
@@ -111,7 +112,6 @@ class Batch:
         self.ran: list[Slot] = []
         self.failed: BaseException | None = None  # how the last update in ran failed
         self.shared = False  # in Engine._batches, where other workers may take from it
-        # Each worker has one Batch, which it fills again at each take.
 
 
 class Slot:
@@ -122,7 +122,6 @@ class Slot:
         "cond",
         "core",
         "dedicated",
-        "dt",
         "dt_max",
         "dt_min",
         "dt_sum",
@@ -169,7 +168,6 @@ class Slot:
         self.dt_sum = 0.0
         self.lateness = array("d")  # the last LATENESS_WINDOW latenesses, a ring once full
         self.lateness_max = 0.0
-        self.dt = 0.0  # the running update's dt
         self.hook = ""  # the hook running now, while core.hook_thread is set
         self.now: tuple[float, float, float] | None = None  # the running update's t, dt, lateness
         self.warned: set[str] = set()
@@ -771,9 +769,9 @@ class Engine:
                 break
             if in_hook is not None:
                 in_hook[number] = _perf_counter()
-            self._begin_update(slot, start)
+            dt = self._begin_update(slot, start)
             before = slot.busy_seconds
-            failed = self._call(slot, "on_update", slot.node.on_update, slot.dt)[1]
+            failed = self._call(slot, "on_update", slot.node.on_update, dt)[1]
             spent += slot.busy_seconds - before
             ran.append(slot)
             if failed is not None:
@@ -918,12 +916,13 @@ class Engine:
                         failed = None
                     self._finish_dedicated(slot)
                     finished = False
-                job, leave = self._next_for_dedicated(slot)
+                job, start, leave = self._next_for_dedicated(slot)
                 if leave:
                     self._thread_exited()
                     return
             if job is None:
-                failed = self._call(slot, "on_update", slot.node.on_update, slot.dt)[1]
+                dt = self._begin_update(slot, start)
+                failed = self._call(slot, "on_update", slot.node.on_update, dt)[1]
                 finished = True
             else:
                 self._run_job(slot, job)
@@ -931,16 +930,17 @@ class Engine:
                     self._finish_job(slot, job)
             del job
 
-    def _next_for_dedicated(self, slot: Slot) -> tuple[Job | None, bool]:
-        """With the lock held, wait for the node's next hook (None: an update); (..., True) to exit."""
+    def _next_for_dedicated(self, slot: Slot) -> tuple[Job | None, float, bool]:
+        """With the lock held, wait for the node's next hook: a job, or None and when the update
+        starts; (..., True) to exit."""
         assert slot.cond is not None
         while True:
             if slot.jobs:
                 self._taken[slot.index] = 1
-                return slot.jobs.popleft(), False
+                return slot.jobs.popleft(), 0.0, False
             if self._stopping:
                 if slot.stopped or not slot.started:
-                    return None, True
+                    return None, 0.0, True
                 slot.cond.wait()
                 continue
             timeout: float | None = None
@@ -950,8 +950,7 @@ class Engine:
                 if due <= now:
                     self._taken[slot.index] = 1
                     self._busy += 1
-                    self._begin_update(slot, now)
-                    return None, False
+                    return None, now, False
                 if not self.clock.virtual:
                     timeout = self.clock.real_seconds(due - now)
             slot.cond.wait(timeout)
@@ -993,9 +992,10 @@ class Engine:
             if self._pending == 0:
                 self._host.notify_all()
 
-    def _begin_update(self, slot: Slot, start: float) -> None:
-        """``slot``'s update starts at ``start``: its statistics, its dt and its next due time
-        (sched.fixed-rate, sched.skip). The node is busy: its thread alone touches these."""
+    def _begin_update(self, slot: Slot, start: float) -> float:
+        """``slot``'s update starts at ``start``: its statistics and its next due time
+        (sched.fixed-rate, sched.skip); returns its dt. No lock held: the node is taken, and
+        its thread alone touches these."""
         period = slot.period
         lateness = start - slot.due
         following = slot.slot + 1
@@ -1006,7 +1006,7 @@ class Engine:
             due = following * period
         slot.slot = following
         slot.due = due
-        dt = slot.dt = start - slot.last
+        dt = start - slot.last
         slot.last = start
         done = slot.updates
         slot.updates = done + 1
@@ -1023,6 +1023,7 @@ class Engine:
             slot.lateness[done % LATENESS_WINDOW] = lateness
         if self.trace is not None:
             slot.now = (start, dt, lateness)
+        return dt
 
     def _run_job(self, slot: Slot, job: Job) -> None:
         node = slot.node
