@@ -416,6 +416,40 @@ def test_snapshot_is_taken_between_updates() -> None:
     assert float(trees[0]["p"]["a"]) >= 1.0
 
 
+class Lone(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = Pair(0.005)
+        self.p.halfway.set()  # never blocks
+        self.p.release.set()
+
+
+@pytest.mark.rule("state.consistent-snapshot")
+def test_snapshot_of_a_node_its_worker_sleeps_for() -> None:
+    """> run.state_dict() taken while the run runs is a snapshot between updates: no hook is
+    running while the node states are taken.
+
+    With one worker under the real-time timer, the worker keeps a lone node while it sleeps
+    until the node's next update (the scheduling page): taking the state has it put the node
+    back, and the updates go on afterwards."""
+    net = Lone()
+    with mujou.run(net, workers=1) as run:
+        trees = []
+        for _ in range(20):
+            updates = run.stats().nodes["p"].updates
+            for _ in range(int(HANG / 0.001)):
+                if run.stats().nodes["p"].updates > updates:
+                    break
+                threading.Event().wait(0.001)
+            else:
+                raise AssertionError(f"hang guard: no update of p within {HANG} s")
+            trees.append(run.state_dict())
+    counts = [float(tree["p"]["a"]) for tree in trees]
+    for tree in trees:
+        assert torch.equal(tree["p"]["a"], tree["p"]["b"]), f"snapshot taken during an update: {tree['p']}"
+    assert counts == sorted(counts) and counts[-1] >= counts[0] + 19, counts
+
+
 @pytest.mark.rule("state.consistent-snapshot")
 def test_virtual_snapshot_is_the_state_at_run_time() -> None:
     """> under the virtual timer it is exactly the state at run.time."""

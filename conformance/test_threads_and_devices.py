@@ -493,6 +493,27 @@ def test_earliest_due_first_after_a_backlog() -> None:
     assert log[:3] == ["slow", "fast", "later"]
 
 
+@pytest.mark.rule("threads.earliest-due-first")
+def test_earliest_due_first_between_sleeps_of_one_worker() -> None:
+    """> A worker runs one hook of one node, then takes the next work, the updates due earliest
+    > first; equal due times go in registration order.
+
+    Under the real-time timer, one worker sleeping for a node that falls due again keeps it
+    (the scheduling page) only when nothing else falls due first: here b's updates come
+    between a's."""
+    log: list[str] = []
+    net = Bag(a=StartLog(log, 0.02), b=StartLog(log, 0.03))
+    # A timer at half speed: 40 and 60 ms apart in real time, so no update is skipped on a
+    # busy machine (if one is, the order below does not apply, and the test says so).
+    with mujou.run(net, workers=1, timer=mujou.RealTimeTimer(scale=0.5)) as run:
+        wait_until(lambda: len(log) >= 10, "ten updates")
+        skipped = sum(node.skipped for node in run.stats().nodes.values())
+    if skipped:
+        pytest.skip(f"the machine was too slow to keep the schedule ({skipped} updates skipped)")
+    # Due at 0.02 0.03 0.04 0.06 0.06 0.08 0.09 0.10 0.12 0.12: a before b at equal times.
+    assert log[:10] == ["a", "b", "a", "a", "b", "a", "b", "a", "a", "b"]
+
+
 # --------------------------------------------------------------------------------------------
 # threads.hooks-exclusive
 

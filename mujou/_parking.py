@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 
+_TIMEOUT_MAX = threading.TIMEOUT_MAX
+
 
 class Parking:
     """Parked workers, by number; every method is called with ``lock`` held."""
@@ -32,14 +34,11 @@ class Parking:
         self._parked.append(number)
         self._lock.release()
         try:
-            if timeout is None:
-                notified = gate.acquire()
-            else:
-                notified = gate.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX))
+            notified = gate.acquire(True, -1 if timeout is None else min(max(timeout, 0.0), _TIMEOUT_MAX))
         finally:
             self._lock.acquire()
         if not notified:
-            if number in self._parked:
+            if number in self._parked:  # notify_all replaces the list: read it again
                 self._parked.remove(number)
             else:  # notified after the time ran out, before the lock was back: the gate is open
                 gate.acquire()

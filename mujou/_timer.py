@@ -10,6 +10,8 @@ import math
 import time
 from typing import final
 
+_monotonic = time.monotonic  # bound once: the scheduler reads the time several times per update
+
 
 class Timer:
     """The clock of a run: :class:`RealTimeTimer` or :class:`VirtualTimer`.
@@ -82,7 +84,7 @@ class Clock:
         """The timer time in seconds: the origin until the timer starts."""
         if self.virtual or self._start is None:
             return self.virtual_now
-        return self._origin + (time.monotonic() - self._start) * self.scale
+        return self._origin + (_monotonic() - self._start) * self.scale
 
     def real_seconds(self, timer_seconds: float) -> float:
         """How long ``timer_seconds`` of this timer last in real time."""

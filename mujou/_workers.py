@@ -189,6 +189,7 @@ class Engine:
         "_host",
         "_in_hook",
         "_jobs",
+        "_keeps",
         "_lead",
         "_lock",
         "_patience",
@@ -266,6 +267,7 @@ class Engine:
         self._lead = 0.0002  # seconds a worker wakes early for a burst: NOTE [ waking for a burst ]
         self._spinning = False  # a worker is waiting for a burst without sleeping
         self._bursts = len(self.slots) - len(self._dedicated) >= BURST  # bursts are possible
+        self._keeps = workers == 1 and not clock.virtual  # NOTE [ keeping a batch ]
         self._seen_seed = torch.initial_seed()
         self._warnings: list[tuple[type[Warning], str]] = []
         self.workers = workers
@@ -368,6 +370,7 @@ class Engine:
                     self._host.wait()
             else:
                 self._paused = True
+                self._work.notify_all()  # a worker keeping a batch puts it back
                 while self._busy:
                     self._host.wait()
             now = self.clock.now()
@@ -612,28 +615,31 @@ class Engine:
         job: Job | None = None
         while True:
             with lock:
-                if batch is not None:
-                    self._put_back(batch, number)
-                # What _next_for_worker does in the common case, in short: updates may start,
-                # the queue's first are due, no job is queued, no batch is left to take from,
-                # and there is no other worker to leave it to (no GIL, or no update running:
-                # NOTE [ workers under the GIL ]).
-                if (
-                    self._running
-                    and not self._paused
-                    and not self._stopping
-                    and dues
-                    and dues[0] <= (now := clock.now())
-                    and not self._jobs
-                    and not self._batches
-                    and (self._in_hook is None or self._busy == 0)
-                ):
-                    batch = self._take_queued(number)
+                if batch is not None and self._keeps and (kept := self._keep(batch, number)) is not None:
+                    now = kept
                 else:
-                    batch, slot, job, now = self._next_for_worker(number)
-                if batch is None and job is None:
-                    self._thread_exited()
-                    return
+                    if batch is not None:
+                        self._put_back(batch, number)
+                    # What _next_for_worker does in the common case, in short: updates may
+                    # start, the queue's first are due, no job is queued, no batch is left to
+                    # take from, and there is no other worker to leave it to (no GIL, or no
+                    # update running: NOTE [ workers under the GIL ]).
+                    if (
+                        self._running
+                        and not self._paused
+                        and not self._stopping
+                        and dues
+                        and dues[0] <= (now := clock.now())
+                        and not self._jobs
+                        and not self._batches
+                        and (self._in_hook is None or self._busy == 0)
+                    ):
+                        batch = self._take_queued(number)
+                    else:
+                        batch, slot, job, now = self._next_for_worker(number)
+                    if batch is None and job is None:
+                        self._thread_exited()
+                        return
             if batch is not None:
                 busy[number] += self._run_batch(batch, number, now)
             else:
@@ -682,12 +688,12 @@ class Engine:
                                 timeout -= self._lead  # NOTE [ waking for a burst ]
                                 if timeout <= 0.0:
                                     burst = self._take_queued(number)
-                                    self._spin_until(due, burst)
+                                    start = self._wait_for(burst, number)  # it spins
                                     self._waker, self._waker_due = -1, math.inf
-                                    if self._needed():  # it came while the lock was free
+                                    if start is None:
                                         self._put_back(burst, number)
                                         continue
-                                    return burst, None, None, self.clock.now()
+                                    return burst, None, None, start
                         self._wait_timed(number, timeout)
                         if self._waker == number:
                             self._waker, self._waker_due = -1, math.inf
@@ -816,21 +822,79 @@ class Engine:
         if self._busy == 0 and (self._paused or self.clock.virtual):
             self._updates_done()
 
-    def _burst_at(self, due: float) -> bool:
-        """Whether BURST or more worker updates are due within ``_lead`` of ``due`` (the earliest)."""
-        last = due + self._lead * self.clock.scale  # the lead is in real seconds
-        return self._due.count_until(last, BURST) >= BURST
+    def _keep(self, batch: Batch, number: int) -> float | None:
+        """With the lock held, after ``batch`` ran: keep its nodes for the next batch if they
+        fall due again together before any other update, and wait until then.
 
-    def _wait_timed(self, number: int, timeout: float) -> None:
-        """Wait for work or ``timeout`` real seconds; learn how late timed wake-ups come."""
-        if not self._bursts:  # nothing to learn for: keep the wake-up path short
-            self._work.wait(number, timeout)
-            return
+        Returns the timer time to run them at, or None: the worker puts them back.
+
+        NOTE [ keeping a batch ]: a lone node, or nodes of one period, fall due again together
+        before anything else, and putting them back into the queue only to take them out
+        after the sleep is most of the Python an idle wake-up runs, cold. So the only worker
+        keeps them: they stay taken while it sleeps, and a notify (a job, a pause, the stop)
+        makes it put them back. ``_keeps`` is set for one worker under the real-time timer:
+        with more, another worker may hold a node due then, and under the virtual timer the
+        host moves the time from the queue.
+        """
+        ran = batch.ran
+        if batch.failed is not None or batch.todo or not self._running or self._needed():
+            return None
+        due = ran[0].due
+        dues = self._due.dues
+        if dues and dues[0] <= due:
+            return None
+        todo = batch.todo
+        for slot in reversed(ran):
+            if slot.due != due:
+                todo.clear()
+                return None
+            todo.append(slot.index)
+        ran.clear()
+        batch.due = due
+        return self._wait_for(batch, number)
+
+    def _wait_for(self, batch: Batch, number: int) -> float | None:
+        """With the lock held, wait until ``batch``, taken, is due: sleep, or for a burst sleep
+        and then yield the CPU (NOTE [ waking for a burst ]).
+
+        Returns the timer time to start it at, or None when the engine needs the worker for
+        something else first.
+        """
+        clock, due = self.clock, batch.due
+        while (now := clock.now()) < due:
+            timeout = clock.real_seconds(due - now)
+            if self._bursts and self._burst_at(due, len(batch.todo)):
+                timeout -= self._lead
+                if timeout <= 0.0:
+                    self._spin_until(due, batch)
+                    if self._needed():  # it came while the lock was free
+                        return None
+                    continue
+            notified = self._wait_timed(number, timeout) if self._bursts else self._work.wait(number, timeout)
+            if notified or self._needed():
+                return None
+        return now
+
+    def _burst_at(self, due: float, taken: int = 0) -> bool:
+        """Whether BURST or more worker updates are due within ``_lead`` of ``due`` (the earliest),
+        counting ``taken`` ones due then that are out of the queue."""
+        last = due + self._lead * self.clock.scale  # the lead is in real seconds
+        return taken + self._due.count_until(last, BURST) >= BURST
+
+    def _wait_timed(self, number: int, timeout: float) -> bool:
+        """Wait for work or ``timeout`` real seconds; learn how late timed wake-ups come.
+
+        Returns whether a notify woke the worker.
+        """
+        if not self._bursts:  # nothing to learn for
+            return self._work.wait(number, timeout)
         deadline = _perf_counter() + timeout
-        if not self._work.wait(number, timeout):
-            late = _perf_counter() - deadline
-            # A moving average of the last few, doubled: most wake-ups come before the lead.
-            self._lead = min(MAX_LEAD, 0.875 * self._lead + 0.125 * 2.0 * max(0.0, late))
+        if self._work.wait(number, timeout):
+            return True
+        late = _perf_counter() - deadline
+        # A moving average of the last few, doubled: most wake-ups come before the lead.
+        self._lead = min(MAX_LEAD, 0.875 * self._lead + 0.125 * 2.0 * max(0.0, late))
+        return False
 
     def _spin_until(self, due: float, burst: Batch) -> None:
         """Wait for the timer to reach ``due`` without sleeping, the lock released meanwhile;
