@@ -831,11 +831,11 @@ class Engine:
         NOTE [ keeping a batch ]: a lone node, or nodes of one period, fall due again together
         before anything else, and putting them back into the queue only to take them out
         after the sleep was a third of the Python an idle wake-up ran, cold (812 opcodes per
-        wake-up of a lone node before, 573 after). So the only worker
-        keeps them: they stay taken while it sleeps, and a notify (a job, a pause, the stop)
-        makes it put them back. ``_keeps`` is set for one worker under the real-time timer:
-        with more, another worker may hold a node due then, and under the virtual timer the
-        host moves the time from the queue.
+        wake-up of a lone node before, 578 after). So the only worker keeps them: they stay
+        taken while it sleeps, and a notify (a job, a pause, the stop) makes it put them
+        back. ``_keeps`` is set for one worker under the real-time timer: with more, another
+        worker may hold a node due then, and under the virtual timer the host moves the
+        time from the queue.
         """
         ran, dues = batch.ran, self._due.dues
         due = ran[0].due  # one worker: it ran at least the first
@@ -874,8 +874,7 @@ class Engine:
                     if self._needed():  # it came while the lock was free
                         return None
                     continue
-            notified = self._wait_timed(number, timeout) if self._bursts else self._work.wait(number, timeout)
-            if notified or self._needed():
+            if self._wait_timed(number, timeout) or self._needed():
                 return None
         return now
 
