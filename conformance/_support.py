@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
+import pytest
+
 import mujou
 from mujou import Net, Node
 
 HANG_GUARD = 30.0  # seconds; only ever reached when something hangs
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` until it holds; fail after HANG_GUARD seconds (a hang, not slowness)."""
+    event = threading.Event()
+    for _ in range(int(HANG_GUARD / 0.001)):
+        if condition():
+            return
+        event.wait(0.001)
+    pytest.fail(f"timed out waiting for {what}")
 
 
 def vt() -> mujou.VirtualTimer:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, DtRecorder, Plain, vt
+from _support import HANG_GUARD, Bag, DtRecorder, Plain, vt, wait_until
 
 import mujou
 from mujou import Input, Net, Node, Output
@@ -304,11 +304,7 @@ def test_dt_under_realtime_timer() -> None:
     node = DtRecorder(0.005)
     net = Bag(node=node)
     with mujou.run(net) as run:
-        guard = threading.Event()
-        for _ in range(int(HANG_GUARD / 0.001)):
-            if len(node.dts) >= 5:
-                break
-            guard.wait(0.001)
+        wait_until(lambda: len(node.dts) >= 5, "five updates")
         # The updates so far started before now: their dts sum to at most run.time.
         dts = list(node.dts)
         now = run.time

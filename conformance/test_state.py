@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from _support import wait_until
 from torch import nn
 
 import mujou
@@ -436,13 +437,11 @@ def test_snapshot_of_a_node_its_worker_sleeps_for() -> None:
     with mujou.run(net, workers=1) as run:
         trees = []
         for _ in range(20):
-            updates = run.stats().nodes["p"].updates
-            for _ in range(int(HANG / 0.001)):
-                if run.stats().nodes["p"].updates > updates:
-                    break
-                threading.Event().wait(0.001)
-            else:
-                raise AssertionError(f"hang guard: no update of p within {HANG} s")
+
+            def updated(before: int = run.stats().nodes["p"].updates) -> bool:
+                return run.stats().nodes["p"].updates > before
+
+            wait_until(updated, "an update of p")
             trees.append(run.state_dict())
     counts = [float(tree["p"]["a"]) for tree in trees]
     for tree in trees:

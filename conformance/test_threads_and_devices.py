@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, DtRecorder, Plain, vt
+from _support import HANG_GUARD, Bag, DtRecorder, Plain, vt, wait_until
 
 import mujou
 from mujou import Input, Net, Node, Output
@@ -35,16 +35,6 @@ REPO_ROOT = Path(mujou.__file__).resolve().parent.parent
 
 def mujou_threads(prefix: str = "mujou-") -> list[str]:
     return sorted(t.name for t in threading.enumerate() if t.name.startswith(prefix))
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Poll ``condition`` until it holds; fail after HANG_GUARD seconds (a hang, not slowness)."""
-    event = threading.Event()
-    for _ in range(int(HANG_GUARD / 0.001)):
-        if condition():
-            return
-        event.wait(0.001)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 # --------------------------------------------------------------------------------------------
