@@ -15,10 +15,18 @@ class HookError(RuntimeError):
     """
 
     def __init__(self, node: str, hook: str, time: float, exc: BaseException) -> None:
-        super().__init__(f"node {node!r} raised {type(exc).__name__} in {hook} at t={time:.3f}: {exc}")
+        super().__init__(f"node {node!r} raised {type(exc).__name__} in {hook} at t={time:.3f}: {_text(exc)}")
         self.node = node
         self.hook = hook
         self.time = time
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or what stands for it when the exception's own ``__str__`` raises."""
+    try:
+        return str(exc)
+    except Exception as error:
+        return f"<str() of the exception raised {type(error).__name__}>"
 
 
 class MujouInternalError(Exception):

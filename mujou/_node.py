@@ -16,8 +16,8 @@ from ._state import cpu_copy, is_stateful, load_errors_message
 
 if TYPE_CHECKING:
     from ._cuda import NodeStreams
+    from ._engine import Engine
     from ._net import Net
-    from ._workers import Engine
 
 _SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes seeds in [0, 2**64)
 _PORT_CACHE: dict[type, tuple[tuple[str, _Port], ...]] = {}

@@ -19,19 +19,18 @@ import torch
 
 from ._cpus import default_workers, gil_enabled, physical_cores, usable_cpus
 from ._cuda import host_to_node
+from ._engine import Engine, in_hook_thread
+from ._engine._lifecycle import check_schedule
 from ._errors import HookError, OversubscriptionWarning
 from ._net import Net
 from ._node import Node
 from ._ports import Input, Output, _Port
 from ._progress import Progress
-from ._routing import Route
-from ._schedule import first_slot_at_or_after
 from ._stats import NodeStats, RunStats, percentile
 from ._subscription import Subscription
-from ._timer import Clock, RealTimeTimer, Timer
+from ._timer import RealTimeTimer, Timer
 from ._trace import TraceRecorder
-from ._tree import build_tree, check_tree, mismatch_message, state_ports
-from ._workers import Engine, in_hook_thread
+from ._tree import build_tree, check_tree, mismatch_message
 
 
 def run(
@@ -92,24 +91,30 @@ def run(
         raise TypeError(f"trace must be a file path or None, got {type(trace).__name__}: {trace!r}")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}: {progress!r}")
-    engine = Engine(nodes, workers, Clock(timer, 0.0), None if trace is None else TraceRecorder(trace))
+    engine = Engine(nodes, workers, timer, None if trace is None else TraceRecorder(trace))
     restore: list[Any] | None = None
     meta: dict[str, Any] = {}
     if state is not None:
         problems, restore, meta = check_tree(engine.slots, state)
+        if not problems:
+            problems = check_schedule(engine.slots, meta)
         if problems:
             raise ValueError(mismatch_message(problems))
-    _sync_host_streams(nodes)
-    load_errors = engine.start(restore)
-    if load_errors:
-        engine.stop()
-        problems = [f"node {slot.name!r}: {exc}" for slot, exc in load_errors]
-        raise ValueError(mismatch_message(problems)) from load_errors[0][1]
-    if restore is not None:
-        _restore_meta(engine, meta)
-    for port, message in first.items():
-        engine.host_write(port, _host_message(port, message))
-    engine.go()
+    engine.claim()
+    try:
+        _sync_host_streams(nodes)
+        load_errors = engine.start(restore)
+        if load_errors:
+            problems = [f"node {slot.name!r}: {exc}" for slot, exc in load_errors]
+            raise ValueError(mismatch_message(problems)) from load_errors[0][1]
+        if restore is not None:
+            engine.restore_schedule(meta)
+        for port, message in first.items():
+            engine.host_write(port, message)
+        engine.go()
+    except BaseException:
+        engine.abort()
+        raise
     handle = Run.__new__(Run)
     handle._setup(net, engine)
     if progress:
@@ -141,8 +146,6 @@ def _check_net(net: Net, nodes: list[Node]) -> None:
         raise ValueError(f"the net {type(net).__name__} has no node; assign nodes to it first")
     members = {id(node) for node in nodes}
     for node in nodes:
-        if node._mujou.engine is not None:
-            raise RuntimeError(f"node {node.name!r} is in a run that has not ended; stop that run first")
         for port in node._mujou.ports.values():
             if isinstance(port, Input):
                 source = port.source
@@ -175,6 +178,7 @@ def _check_inputs(
     elif not isinstance(inputs, Mapping):
         raise TypeError(f"inputs must be a mapping from Input to tensor, got {type(inputs).__name__}")
     members = {id(node) for node in nodes}
+    first: dict[Input, torch.Tensor] = {}
     for key, message in inputs.items():
         port: object = key
         if not isinstance(port, Input) or port._node is None:
@@ -188,6 +192,13 @@ def _check_inputs(
             )
         if not isinstance(message, torch.Tensor):
             raise TypeError(f"inputs[{port.name!r}] must be a torch.Tensor, got {type(message).__name__}")
+        try:
+            first[port] = _host_message(port, message)
+        except (RuntimeError, NotImplementedError) as exc:
+            raise ValueError(
+                f"inputs[{port.name!r}] cannot be copied for node {port.node.name!r} on "
+                f"{port.node.device}: {exc}"
+            ) from exc
     for node in nodes:
         for declared in node._mujou.ports.values():
             if (
@@ -201,7 +212,7 @@ def _check_inputs(
                     "net.connect(output, input), give it a first message with "
                     "mujou.run(..., inputs={port: tensor}), or declare it Input(optional=True)"
                 )
-    return dict(inputs)
+    return first
 
 
 def _host_message(port: Input, message: torch.Tensor) -> torch.Tensor:
@@ -219,30 +230,6 @@ def _sync_host_streams(nodes: list[Node]) -> None:
         torch.cuda.current_stream().synchronize()
     for device in devices:
         torch.cuda.current_stream(device).synchronize()
-
-
-def _restore_meta(engine: Engine, meta: Mapping[str, Any]) -> None:
-    time = float(meta["time"])
-    engine.clock.set_origin(time)
-    saved_nodes: Mapping[str, Any] = meta["nodes"]
-    for slot in engine.slots:
-        saved = saved_nodes[slot.name]
-        if float(saved["period"]) == slot.period:
-            slot.slot = int(saved["slot"])
-        else:
-            slot.slot = first_slot_at_or_after(time, slot.period)
-        slot.last = float(saved["last"])
-    ports = state_ports(engine.slots)
-    for name, message in meta.get("ports", {}).items():
-        port = ports.get(name)
-        if port is None or message is None:
-            continue
-        if isinstance(port, Input):  # fed by the host: where run.write would put it
-            port._publish(_host_message(port, message))
-        elif isinstance(port, Output) and port._route is Route.DEVICE:  # as send leaves it
-            port._publish(host_to_node(message, port.node.device))
-        else:
-            port._publish(message.to("cpu", copy=True))
 
 
 @final
@@ -276,11 +263,11 @@ class Run:
     def _host_call(self, what: str) -> None:
         """Refuse calls that wait, from a hook (rules.no-run-calls-in-hooks); flush warnings."""
         if in_hook_thread():
-            where = self._engine.hook_of_this_thread()
+            where = self._engine.hooks.hook_of_this_thread()
             raise RuntimeError(
                 f"run.{what}() cannot be called from a hook{where}: it would wait for the node itself"
             )
-        self._engine.flush_warnings(stacklevel=3)
+        self._engine.hooks.flush_warnings(stacklevel=3)
 
     def _port(self, port: object) -> _Port:
         if not isinstance(port, Input | Output):
@@ -304,7 +291,7 @@ class Run:
     def read(self, port: Input | Output) -> torch.Tensor | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
         if not in_hook_thread():
-            self._engine.flush_warnings(stacklevel=2)
+            self._engine.hooks.flush_warnings(stacklevel=2)
         checked = self._port(port)
         message = checked._message()
         return None if message is None else message.to("cpu", copy=True)
@@ -387,7 +374,7 @@ class Run:
         if latest_matches():
             return found[0]
         self._live("wait_for")
-        if engine.clock.virtual:
+        if engine.virtual:
             engine.advance(until, latest_matches)
         else:
             arrived: list[torch.Tensor] = []
@@ -418,8 +405,7 @@ class Run:
     @property
     def time(self) -> float:
         """The run's timer time in seconds (frozen once the run has ended). See :ref:`run.time`."""
-        engine = self._engine
-        return engine.end_time if engine.ended else engine.clock.now()
+        return self._engine.time()
 
     @property
     def workers(self) -> int:
@@ -442,11 +428,11 @@ class Run:
         self._host_call("sleep")
         until = self.time + _seconds("seconds", seconds)
         self._live("sleep")
-        if self._engine.clock.virtual:
+        if self._engine.virtual:
             self._engine.advance(until, None)
         else:
             self._engine.wait_real(until, lambda: False)
-        self._engine.flush_warnings(stacklevel=2)
+        self._engine.hooks.flush_warnings(stacklevel=2)
         self._engine.raise_error()
 
     def join(self, timeout: float | None = None) -> None:
@@ -461,13 +447,13 @@ class Run:
         self._host_call("join")
         engine = self._engine
         until = None if timeout is None else self.time + _seconds("timeout", timeout)
-        if engine.clock.virtual:
+        if engine.virtual:
             engine.advance(until, lambda: engine.ended)
         else:
             engine.wait_real(until, lambda: engine.ended)
         if engine.error is not None:
             engine.stop()
-            raise engine.error
+            engine.raise_error()
         if not engine.ended:
             raise TimeoutError(f"the run did not end within {timeout} s")
 
@@ -492,7 +478,7 @@ class Run:
         """
         self._host_call("stop")
         self._engine.stop()
-        self._engine.flush_warnings(stacklevel=2)
+        self._engine.hooks.flush_warnings(stacklevel=2)
         self._engine.raise_error()
 
     def stats(self) -> RunStats:
@@ -501,11 +487,11 @@ class Run:
         See :ref:`observe.stats`.
         """
         if not in_hook_thread():
-            self._engine.flush_warnings(stacklevel=2)
+            self._engine.hooks.flush_warnings(stacklevel=2)
         engine = self._engine
         nodes = {}
-        for slot in engine.slots:
-            recent = sorted(slot.lateness)
+        for slot, latenesses in engine.node_counters():
+            recent = sorted(latenesses)
             nodes[slot.name] = NodeStats(
                 updates=slot.updates,
                 skipped=slot.skipped,

@@ -7,14 +7,16 @@ key ``"@mujou"`` holds what an exact resume needs. See :ref:`state.tree-shape`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ._node import Node
 from ._ports import Input, Output, _Port
 from ._state import FORMAT_VERSION, META_KEY, cpu_copy
-from ._workers import Slot
+
+if TYPE_CHECKING:
+    from ._engine._slot import Slot
 
 
 def class_path(node: object) -> str:

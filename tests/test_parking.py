@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from mujou._parking import Parking
+from mujou._engine._threads import Parking
 
 GUARD = 30.0  # seconds: only a hang reaches this
 
@@ -15,7 +15,7 @@ def _park(
 ) -> None:
     with lock:
         ready.set()
-        if parking.wait(number):
+        if parking.wait(number, None, True):
             woke.append(number)
 
 
@@ -23,9 +23,9 @@ def test_a_wait_that_times_out_leaves_nobody_parked() -> None:
     lock = threading.Lock()
     parking = Parking(lock, 1)
     with lock:
-        assert parking.wait(0, 0.0) is False
-        parking.notify()  # nobody parked: does not open a gate for later
-        assert parking.wait(0, 0.0) is False
+        assert parking.wait(0, 0.0, True) is False
+        parking.notify_worker()  # nobody parked: does not open a gate for later
+        assert parking.wait(0, 0.0, True) is False
 
 
 def test_notify_wakes_the_worker_that_parked_last() -> None:
@@ -42,11 +42,11 @@ def test_notify_wakes_the_worker_that_parked_last() -> None:
             pass
         threads.append(thread)
     with lock:
-        parking.notify()
+        parking.notify_worker()
     threads[2].join(GUARD)
     assert woke == [2]
     with lock:
-        parking.notify_all()
+        parking.notify_workers()
     for thread in threads:
         thread.join(GUARD)
     assert sorted(woke) == [0, 1, 2]
@@ -61,7 +61,7 @@ def test_a_notify_after_the_time_ran_out_counts_once() -> None:
     def worker() -> None:
         with lock:
             parked.set()
-            result.append(parking.wait(0, 0.01))
+            result.append(parking.wait(0, 0.01, True))
 
     thread = threading.Thread(target=worker)
     with lock:
@@ -70,8 +70,8 @@ def test_a_notify_after_the_time_ran_out_counts_once() -> None:
         assert parked.wait(GUARD)
         lock.acquire()  # it is parked (or has timed out and waits for the lock)
         time.sleep(0.05)  # most likely past its time-out; either way the result is the same
-        parking.notify()
+        parking.notify_worker()
     thread.join(GUARD)
     assert result == [True]
     with lock:  # the notify was consumed: the gate is closed again
-        assert parking.wait(0, 0.0) is False
+        assert parking.wait(0, 0.0, True) is False

@@ -1,0 +1,194 @@
+"""The one place hooks are called: in the node's context, with the checks around each call.
+
+Around every hook: the node's CUDA device and streams (inside the ``try``, so a CUDA error is
+the hook's), a ``torch.profiler`` range while a profiler runs, the time spent (``busy``), a
+trace slice, the check that the messages it read were not changed in place, and the
+warnings about per-thread settings it left changed or a reseeded global generator. The
+warnings wait in a queue for the host (rules.warnings-on-host).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .._errors import GlobalRandomWarning, LeakedSettingWarning
+from .._trace import TraceRecorder
+from ._slot import Slot
+
+# Bound once: they run around every hook.
+_get_ident = threading.get_ident
+_perf_counter = time.perf_counter
+_is_grad_enabled = torch.is_grad_enabled
+_is_inference_mode_enabled = torch.is_inference_mode_enabled
+_initial_seed = torch.default_generator.initial_seed
+# torch.autograd.profiler's own flag, set by any thread's profiler (the C++ check is per
+# thread); .get() as it may not exist in every torch we support.
+_profiler_flags = vars(torch.autograd.profiler)
+
+
+class HookThread(threading.Thread):
+    """A thread that runs hooks: a worker, a dedicated node thread or the state thread."""
+
+
+def in_hook_thread() -> bool:
+    """Whether the calling thread is one of Mujou's hook threads."""
+    return isinstance(threading.current_thread(), HookThread)
+
+
+class Hooks:
+    """Calls the hooks of a run's nodes and keeps the warnings they cause for the host."""
+
+    __slots__ = ("_seen_seed", "_slots", "_warnings", "trace")
+
+    def __init__(self, slots: Sequence[Slot], trace: TraceRecorder | None) -> None:
+        self._slots = slots
+        self.trace = trace
+        self._seen_seed = torch.initial_seed()
+        self._warnings: deque[tuple[type[Warning], str]] = deque()
+
+    def call(
+        self, slot: Slot, hook: str, fn: Callable[..., Any], *args: Any
+    ) -> tuple[Any, BaseException | None]:
+        """Call ``fn(*args)``, hook ``hook`` of ``slot``'s node; return (result, exception).
+
+        This runs for every update: keep it to the checks the spec asks for.
+        """
+        core = slot.core
+        slot.hook = hook
+        core.hook_thread = _get_ident()
+        streams = core.streams
+        restore_host: Callable[[], None] | None = None
+        grad = _is_grad_enabled()
+        inference = _is_inference_mode_enabled()
+        if _initial_seed() != self._seen_seed:
+            self._observe_seed(None)
+        began = _perf_counter()
+        try:
+            if streams is not None:
+                # On the host's thread (state_dict once the run has ended), put its own device
+                # and streams back afterwards: the host's later work is not the node's.
+                restore_host = streams.make_current(keep=not in_hook_thread())
+                if hook == "state_dict":
+                    streams.wait()  # cuda.wait-state-dict: before, and after below
+            if _profiler_flags.get("_is_profiler_enabled", False):
+                with torch.profiler.record_function(f"{slot.name}.{hook}"):
+                    result = core.context.run(fn, *args)
+            else:
+                result = core.context.run(fn, *args)
+            if core.reads:
+                _check_reads(slot, hook)
+            if streams is not None:
+                streams.wait()  # cuda.wait-after-update (and after a restore, and state_dict)
+            return result, None
+        except BaseException as exc:
+            return None, exc
+        finally:
+            ended = _perf_counter()
+            slot.busy_seconds += ended - began
+            core.hook_thread = 0
+            if core.reads:
+                core.reads.clear()
+            try:
+                if restore_host is not None:
+                    restore_host()
+                if self.trace is not None:
+                    self.trace.record(
+                        slot.name, hook, began, ended, slot.now if hook == "on_update" else None
+                    )
+            finally:
+                if (
+                    _is_grad_enabled() != grad
+                    or _is_inference_mode_enabled() != inference
+                    or _initial_seed() != self._seen_seed
+                ):
+                    self._check_settings(slot, hook, grad, inference)
+
+    def _check_settings(self, slot: Slot, hook: str, grad: bool, inference: bool) -> None:
+        """After a hook: warn of the per-thread settings it changed, and notice a new seed."""
+        if _is_grad_enabled() != grad:
+            self._warn_setting(slot, hook, "grad mode", "torch.no_grad()")
+        if _is_inference_mode_enabled() != inference:
+            self._warn_setting(slot, hook, "inference mode", "torch.inference_mode()")
+        if _initial_seed() != self._seen_seed:
+            self._observe_seed((slot, hook))
+
+    def _observe_seed(self, ended: tuple[Slot, str] | None) -> None:
+        """Notice a change of torch's global seed, and name the hooks that may have made it.
+
+        Called at the start of each hook (``ended`` None) and at its end. A change is pinned
+        on the hook that ends, naming the hooks that ran meanwhile, which may have made it
+        instead; a change first seen at a start while no hook runs was the host's.
+        """
+        seed = torch.initial_seed()
+        if seed == self._seen_seed:
+            return
+        self._seen_seed = seed
+        suspects = [] if ended is None else [ended]
+        suspects += [(other, other.hook) for other in self.in_hooks()]  # ended has left
+        if not suspects:
+            return
+        (slot, hook), others = suspects[0], [entry[0].name for entry in suspects[1:]]
+        if "seed" in slot.warned:
+            return
+        slot.warned.add("seed")
+        also = f" (or node {', '.join(map(repr, others))}, whose hook ran meanwhile)" if others else ""
+        self._warnings.append(
+            (
+                GlobalRandomWarning,
+                f"node {slot.name!r}{also} called torch.manual_seed in {hook}: that reseeds the "
+                "generator every node shares; draw from self.generator instead "
+                "(seeded with Node(seed=...))",
+            )
+        )
+
+    def _warn_setting(self, slot: Slot, hook: str, setting: str, fix: str) -> None:
+        if setting in slot.warned:
+            return
+        slot.warned.add(setting)
+        self._warnings.append(
+            (
+                LeakedSettingWarning,
+                f"node {slot.name!r} returned from {hook} with {setting} changed; the next node on "
+                "this thread inherits it: keep such settings inside a with block in the hook "
+                f"(with {fix}: ...)",
+            )
+        )
+
+    def flush_warnings(self, stacklevel: int) -> None:
+        """Issue the warnings hooks caused, on the calling (host) thread, each once.
+
+        See rules.warnings-on-host. Safe from several host threads: ``popleft`` is atomic.
+        """
+        while True:
+            try:
+                category, message = self._warnings.popleft()
+            except IndexError:
+                return
+            warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+    def in_hooks(self) -> list[Slot]:
+        """The nodes running a hook now (a scan: for the rare paths that name them)."""
+        return [slot for slot in self._slots if slot.core.hook_thread]
+
+    def hook_of_this_thread(self) -> str:
+        """ " of node 'NAME' (HOOK)" for the hook the calling thread runs, else ""."""
+        thread = threading.get_ident()
+        slot = next((slot for slot in self.in_hooks() if slot.core.hook_thread == thread), None)
+        return "" if slot is None else f" of node {slot.name!r} ({slot.hook})"
+
+
+def _check_reads(slot: Slot, hook: str) -> None:
+    for port, message, version in slot.core.reads:
+        if message._version != version:
+            raise RuntimeError(
+                f"node {slot.name!r} changed in place, in {hook}, a message it read from "
+                f"{port.name!r}; messages are shared with the other readers and read-only: "
+                "clone it first (message.clone())"
+            )

@@ -1,0 +1,600 @@
+"""The engine of a run: starting it, the host's waits, taking the state, stopping.
+
+One lock (``Engine.lock``) guards the policy and every node's bookkeeping between hooks; the
+host's waits release it, and user code (hooks, ``wait_for`` predicates, state builders) never
+runs under it.
+
+Guarantees:
+- ``start`` undoes itself: when it raises, every started node got its ``on_stop``, the threads
+  ended and the net may run again (run.start-undone). A net is in one run at a time, also
+  when two threads start it at once (run.one-run-per-net).
+- ``collect_states`` never overlaps a node's hooks: updates pause, and the state jobs are held
+  like any other job, so a stop that begins meanwhile queues each node's ``on_stop`` after its
+  ``state_dict``; once the run has ended the states are taken on the host's thread, after
+  every ``on_stop`` (state.after-end). Two host threads take the state one after the other,
+  and an interrupted host leaves the updates paused until the state jobs are done.
+- Under the virtual timer, time moves only between instants, when no hook runs and nothing
+  is due: messages sent at an instant are committed then, so updates due at one instant never
+  see each other's messages (visibility.virtual). The host moves it, or, while the host
+  sleeps to a set time, the thread that ends an instant does.
+- Every host wait wakes at least every HOST_POLL seconds, so a KeyboardInterrupt raised in the
+  host thread (Ctrl-C, ``_thread.interrupt_main()``) is seen promptly (run.interrupt).
+- At interpreter exit every live run is stopped (each started node gets ``on_stop``) and an
+  error no host call reported is printed (run.exit-stops).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import math
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from .._cpus import gil_enabled
+from .._cuda import NodeStreams, host_to_node
+from .._errors import HookError, MujouInternalError
+from .._ports import Input, Output
+from .._routing import OutputSpec, Route, plan_routes
+from .._schedule import first_slot_at_or_after
+from .._timer import Timer
+from .._trace import TraceRecorder
+from .._tree import state_ports
+from ._clock import VirtualClock, make_clock
+from ._hooks import Hooks, HookThread
+from ._policy import Policy
+from ._slot import RESTORE, START, Job, Slot
+from ._threads import Parking, dedicated_main, guarded, state_main, worker_main
+
+if TYPE_CHECKING:
+    from .._node import Node
+    from .._ports import _Port
+
+HOST_POLL = 0.1  # real seconds: the longest a host wait sleeps before it looks again
+EXIT_GRACE = 10.0  # real seconds a run is given to stop at interpreter exit
+_T = TypeVar("_T")
+_claims = threading.Lock()  # taken to claim a net's nodes for a run
+_live: weakref.WeakSet[Engine] = weakref.WeakSet()  # runs not ended, stopped at exit
+
+
+class Engine:
+    """Runs the hooks of a net's nodes on workers and dedicated threads, on a clock."""
+
+    def __init__(
+        self, nodes: Sequence[Node], workers: int, timer: Timer, trace: TraceRecorder | None
+    ) -> None:
+        self.lock = threading.Lock()
+        self.host = threading.Condition(self.lock)  # the host waits here
+        self.clock = make_clock(timer)
+        self.virtual = self.clock.virtual
+        self.slots = [Slot(node, node._mujou, i) for i, node in enumerate(nodes)]
+        self.policy = Policy(
+            self.slots, workers, virtual=self.virtual, scale=self.clock.scale, gil=gil_enabled()
+        )
+        self.hooks = Hooks(self.slots, trace)
+        self.parking = Parking(self.lock, workers + len(self.policy.dedicated))
+        self._gates = {slot.index: workers + k for k, slot in enumerate(self.policy.dedicated)}
+        self.workers = workers
+        # Virtual timer: sent, not yet visible; each with its version counter at the send.
+        self.staged: list[tuple[_Port, torch.Tensor, int]] = []
+        self.advance_until: float | None = None  # the host's sleep target, while it sleeps
+        self.ended = False
+        self.end_time = 0.0
+        self.end_real = 0.0
+        self.real_start = 0.0  # perf_counter() when the timer started, 0.0 before
+        self.worker_busy = [0.0] * workers  # real seconds each worker spent in hooks
+        self.finishers: list[Callable[[], None]] = []  # run once the run has ended and stopped
+        if trace is not None:
+            self.finishers.append(trace.write)
+        self.error_reported = False  # a host call raised the run's error
+        self._wakers: list[Callable[[], None]] = []  # called once when the run ends
+        self._host_seq = 0  # counts notify_host calls: a wait misses none
+        self._collecting = threading.Lock()  # one state collection at a time
+        self._threads: list[threading.Thread] = [
+            HookThread(
+                target=guarded, args=(self, i + 1, worker_main, i), name=f"mujou-worker-{i}", daemon=True
+            )
+            for i in range(workers)
+        ]
+        self._threads += [
+            HookThread(
+                target=guarded,
+                args=(self, self.policy.dedicated_holder(slot), dedicated_main, slot),
+                name=f"mujou-node-{slot.name}",
+                daemon=True,
+            )
+            for slot in self.policy.dedicated
+        ]
+
+    def gate_of(self, slot: Slot) -> int:
+        """The parking gate of dedicated ``slot``'s thread."""
+        return self._gates[slot.index]
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.policy.error
+
+    # -- starting --------------------------------------------------------------------------
+
+    def claim(self) -> None:
+        """Make the net's nodes this run's, or raise RuntimeError if one is in a run (run.one-run-per-net)."""
+        with _claims:
+            for slot in self.slots:
+                if slot.core.engine is not None:
+                    raise RuntimeError(
+                        f"node {slot.name!r} is in a run that has not ended; stop that run first"
+                    )
+            for slot in self.slots:
+                slot.core.engine = self
+
+    def _unclaim(self) -> None:
+        with _claims:
+            for slot in self.slots:
+                if slot.core.engine is self:
+                    slot.core.engine = None
+
+    def start(self, restore: Sequence[Any] | None) -> list[tuple[Slot, BaseException]]:
+        """Start the threads, run every on_start, then the restore; return the restore errors.
+
+        Raises the HookError of a failed on_start after stopping the started nodes. The caller
+        calls ``abort`` when anything after ``start`` began fails.
+        """
+        plan = plan_routes(
+            {slot.name: slot.core.device for slot in self.slots},
+            [
+                OutputSpec(port.name, slot.name, tuple(reader.node.name for reader in port._readers))
+                for slot in self.slots
+                for port in slot.core.ports.values()
+                if isinstance(port, Output)
+            ],
+        )
+        for slot in self.slots:
+            core = slot.core
+            core.context = contextvars.Context()  # empty at the start of each run (threads.context)
+            core.staged = self.staged if self.virtual else None
+            core.streams = (
+                NodeStreams(core.device, plan, slot.name) if slot.name in plan.touches_cuda else None
+            )
+            for port in core.ports.values():
+                if isinstance(port, Output):
+                    port._route = plan.routes[port.name]
+        _live.add(self)
+        for thread in self._threads:
+            thread.start()
+        self._run_jobs([(slot, Job(START)) for slot in self.slots])
+        if self.error is not None:
+            self.abort()
+            self.error_reported = True
+            raise self.error
+        self._commit()  # on_start's messages, before the restore replaces them (state.resume)
+        if restore is None:
+            return []
+        jobs = [(slot, Job(RESTORE, state)) for slot, state in zip(self.slots, restore, strict=True)]
+        self._run_jobs(jobs)
+        return [(slot, job.error) for slot, job in jobs if job.error is not None]
+
+    def _run_jobs(self, jobs: list[tuple[Slot, Job]]) -> None:
+        with self.lock:
+            self.policy.queue_jobs(jobs)
+            self.deliver()
+            self._host_wait(lambda: self.policy.pending == 0)
+
+    def restore_schedule(self, meta: Mapping[str, Any]) -> None:
+        """Set the timer time, the schedules and the latest messages of a checked tree's ``"@mujou"``.
+
+        Under the virtual timer a node due before the restored time (a tree taken under the
+        real-time timer) is due at its first slot at or after it: no update is late there.
+        """
+        time_ = float(meta["time"])
+        self.clock.set_origin(time_)
+        saved_nodes: Mapping[str, Any] = meta["nodes"]
+        for slot in self.slots:
+            saved = saved_nodes[slot.name]
+            if float(saved["period"]) == slot.period:
+                slot.slot = int(saved["slot"])
+            else:
+                slot.slot = first_slot_at_or_after(time_, slot.period)
+            if self.virtual and slot.slot * slot.period < time_:
+                slot.slot = first_slot_at_or_after(time_, slot.period)
+            slot.last = float(saved["last"])
+        ports = state_ports(self.slots)
+        for name, message in meta.get("ports", {}).items():
+            port = ports.get(name)
+            if port is None or message is None:
+                continue
+            if isinstance(port, Input) or (
+                isinstance(port, Output) and port._route is Route.DEVICE
+            ):  # fed by the host: where run.write would put it
+                port._publish(host_to_node(message, port.node.device))
+            else:
+                port._publish(message.to("cpu", copy=True))
+
+    def go(self) -> None:
+        """Start the timer: updates begin."""
+        with self.lock:
+            self.clock.start()
+            self.real_start = time.perf_counter()
+            self.policy.start_timer()
+            self.deliver()
+
+    def abort(self) -> None:
+        """Undo a start that failed: stop what started, end the threads, free the net."""
+        try:
+            self.stop()
+        finally:
+            self._unclaim()
+
+    # -- the threads' side -----------------------------------------------------------------
+
+    def deliver(self) -> bool:
+        """With the lock held, wake whom the policy asked for; under the virtual timer, end the
+        instant when it is over. Returns whether it did: the caller then asks the policy again,
+        as what it was told before may have changed."""
+        policy, parking = self.policy, self.parking
+        host = policy.wake_host
+        if policy.wake_workers == 2:
+            parking.notify_workers()
+        elif policy.wake_workers == 1:
+            parking.notify_worker()
+        if policy.wake_worker >= 0:
+            parking.notify(policy.wake_worker)
+        for slot in policy.wake_nodes:
+            parking.notify(self._gates[slot.index])
+        policy.delivered()
+        if host:
+            if self.virtual and self.advance_until is not None and self._next_instant():
+                return True
+            self._notify_host()
+        return False
+
+    def _next_instant(self) -> bool:
+        """Virtual timer, the host sleeping to ``advance_until``: when the instant is over, move
+        to the next one from here, without waking the host. Whether it did."""
+        policy, clock = self.policy, self.clock
+        assert isinstance(clock, VirtualClock) and self.advance_until is not None
+        if policy.stopping or not policy.quiescent(clock.time):
+            return False
+        self._commit()
+        if policy.end_instant():
+            self.deliver()
+            return True
+        due = policy.next_due()
+        if due > self.advance_until:
+            return False
+        clock.set(due)
+        policy.start_instant()
+        self.deliver()
+        return True
+
+    def report(self, slot: Slot, hook: str, at: float, exc: BaseException) -> None:
+        """With the lock held: ``slot``'s ``hook``, started at ``at``, raised ``exc``."""
+        error = HookError(slot.name, hook, at, exc)
+        error.__cause__ = exc
+        self.policy.fail(slot, error)
+
+    def crashed(self, holder: int, exc: BaseException) -> None:
+        """Thread ``holder`` died of ``exc`` in Mujou's code: stop the run, count the exit."""
+        error = MujouInternalError(
+            f"internal error in Mujou ({type(exc).__name__} on thread {threading.current_thread().name}); "
+            "the run stopped: please report it with the traceback of the cause"
+        )
+        error.__cause__ = exc
+        with self.lock:
+            if self.policy.thread_crashed(holder, error):
+                self._end()
+            self.deliver()
+
+    def thread_exited(self) -> None:
+        """With the lock held, a thread exits."""
+        if self.policy.thread_exited():
+            self._end()
+
+    def _end(self) -> None:
+        self.end_time = self.clock.now()
+        self.end_real = time.perf_counter()
+        self.ended = True
+        self._notify_host()
+        wakers, self._wakers = self._wakers, []
+        for waker in wakers:
+            waker()
+        with _claims:
+            for slot in self.slots:
+                if slot.core.engine is self:
+                    slot.core.engine = None
+
+    def _commit(self) -> None:
+        """Publish the messages the instant sent (virtual timer; no hook runs)."""
+        staged = self.staged  # the nodes append to this list: keep it, empty
+        for port, message, version in staged:
+            port._publish(message, version)
+        staged.clear()
+
+    # -- the host's side -------------------------------------------------------------------
+
+    def _notify_host(self) -> None:
+        self._host_seq += 1
+        self.host.notify_all()
+
+    def notify_host(self) -> None:
+        """Wake the host's waits (a message it waits for arrived)."""
+        with self.lock:
+            self._notify_host()
+
+    def _host_wait(self, done: Callable[[], bool]) -> None:
+        """With the lock held, wait until ``done()`` (cheap, no user code), looking every HOST_POLL."""
+        while not done():
+            self.host.wait(HOST_POLL)
+
+    def raise_error(self) -> None:
+        """Raise the run's error if a hook failed (or Mujou did)."""
+        error = self.policy.error
+        if error is not None:
+            self.error_reported = True
+            raise error
+
+    def add_waker(self, waker: Callable[[], None]) -> None:
+        """Call ``waker`` when the run ends (at once if it has)."""
+        with self.lock:
+            if not self.ended:
+                self._wakers.append(waker)
+                return
+        waker()
+
+    def wait_real(self, until: float | None, done: Callable[[], bool]) -> bool:
+        """Real-time timer: wait until ``done()``, the timer reaches ``until``, or the run ends
+        (or fails). ``done`` runs on the host's thread, outside the lock. Whether it became true."""
+        clock = self.clock
+        while True:
+            seen = self._host_seq
+            if done():
+                return True
+            with self.lock:
+                if self.ended or self.policy.error is not None:
+                    return False
+                if seen != self._host_seq:  # woken while done() ran
+                    continue
+                timeout = HOST_POLL
+                if until is not None:
+                    remaining = until - clock.now()
+                    if remaining <= 0:
+                        return False
+                    timeout = min(timeout, clock.real_seconds(remaining))
+                self.host.wait(timeout)
+
+    def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
+        """Virtual timer: run every update due up to ``until`` (or forever), instant by instant.
+
+        Stops early when ``done()`` (run on the host's thread, outside the lock) is true after
+        an instant. Returns whether it did. Without ``done``, the thread that ends an instant
+        starts the next one up to ``until`` itself, so the host is not woken between instants.
+        """
+        clock, policy = self.clock, self.policy
+        assert isinstance(clock, VirtualClock)
+        with self.lock:
+            self.advance_until = until if done is None and until is not None else None
+            try:
+                while True:
+                    self._host_wait(lambda: policy.stopping or policy.quiescent(clock.time))
+                    if policy.stopping:
+                        self._host_wait(lambda: self.ended)
+                        break
+                    self._commit()
+                    if policy.end_instant():
+                        self.deliver()
+                        continue
+                    if done is not None:
+                        self.lock.release()
+                        try:
+                            if done():
+                                return True
+                        finally:
+                            self.lock.acquire()
+                        if _stopping(policy) or not policy.quiescent(clock.time):
+                            continue  # another host thread moved on meanwhile
+                    due = policy.next_due()
+                    if until is not None and due > until:
+                        clock.set(until)
+                        return False
+                    if due == math.inf:
+                        raise MujouInternalError("internal error in Mujou: no node is scheduled")
+                    clock.set(due)
+                    policy.start_instant()
+                    self.deliver()
+            finally:
+                self.advance_until = None
+        return done() if done is not None else False
+
+    def host_write(self, port: Input, message: torch.Tensor) -> None:
+        """The host's message: visible to the updates that start after this returns.
+
+        No lock: publishing replaces one reference, and under the virtual timer the host
+        writes only between instants, when no hook runs.
+        """
+        port._publish(message)
+
+    def collect_states(self, build: Callable[[float, list[Any]], _T]) -> _T:
+        """Take every node's state_dict between updates, and ``build`` the tree from them.
+
+        While the run runs, updates pause, worker nodes' state_dict runs on a thread of its
+        own and dedicated nodes' on theirs; once the run has ended, on the calling thread,
+        after every on_stop. ``build(time, states)`` runs before updates resume, so the copies
+        it makes, the ports' messages and the schedules it reads are those of the same moment.
+        See state.consistent-snapshot.
+        """
+        while not self._collecting.acquire(timeout=HOST_POLL):
+            pass
+        try:
+            return self._collect(build)
+        finally:
+            self._collecting.release()
+
+    def _collect(self, build: Callable[[float, list[Any]], _T]) -> _T:
+        policy = self.policy
+        with self.lock:
+            taken = None if policy.stopping else self._pause_and_take()
+            if taken is None:
+                self._host_wait(lambda: self.ended)
+        if taken is None:
+            return self._states_after_end(build)
+        now, jobs = taken
+        try:
+            with self.lock:
+                self._host_wait(lambda: policy.pending == 0)
+            if any(job.error is not None for _, job in jobs):
+                self.raise_error()
+            return build(now, [job.result for _, job in jobs])
+        finally:
+            with self.lock:
+                policy.release_pause()
+                self.deliver()
+
+    def _pause_and_take(self) -> tuple[float, list[tuple[Slot, Job]]] | None:
+        """With the lock held: pause the updates, wait until none runs, queue the state jobs.
+
+        Returns the time and the jobs in node order, or None when the run stops meanwhile.
+        """
+        policy = self.policy
+        policy.pause()
+        self.deliver()
+        try:
+            self._host_wait(lambda: policy.busy == 0 or policy.stopping)
+        except BaseException:
+            policy.release_pause()
+            self.deliver()
+            raise
+        if _stopping(policy):
+            policy.release_pause()
+            self.deliver()
+            return None
+        now = self.clock.now()
+        jobs = self._state_jobs(policy.take_states())
+        self.deliver()
+        return now, jobs
+
+    def _state_jobs(self, worker_jobs: list[tuple[Slot, Job]]) -> list[tuple[Slot, Job]]:
+        """With the lock held, the state jobs just queued in node order; starts the state thread."""
+        jobs_of = {slot.index: job for slot, job in worker_jobs}
+        for slot in self.policy.dedicated:
+            jobs_of[slot.index] = slot.jobs[-1]
+        if worker_jobs:
+            HookThread(
+                target=guarded,
+                args=(self, self.policy.state_holder, state_main, worker_jobs),
+                name="mujou-state",
+                daemon=True,
+            ).start()
+        return [(slot, jobs_of[slot.index]) for slot in self.slots]
+
+    def _states_after_end(self, build: Callable[[float, list[Any]], _T]) -> _T:
+        states = []
+        now = self.end_time
+        for slot in self.slots:
+            result, exc = self.hooks.call(slot, "state_dict", slot.node.state_dict)
+            if exc is not None:
+                raise HookError(slot.name, "state_dict", now, exc) from exc
+            states.append(result)
+        return build(now, states)
+
+    def stop(self) -> None:
+        """Stop the run and wait until every started node's on_stop ran and threads ended."""
+        with self.lock:
+            self.policy.begin_stop()
+            self.deliver()
+            self._host_wait(lambda: self.ended)
+            finishers, self.finishers = self.finishers, []
+        for thread in self._threads:
+            while thread.is_alive():
+                thread.join(HOST_POLL)
+        for finish in finishers:  # once, on the first stop() that returns
+            finish()
+
+    # -- what the host reads ---------------------------------------------------------------
+
+    def time(self) -> float:
+        return self.end_time if self.ended else self.clock.now()
+
+    def node_counters(self) -> list[tuple[Slot, list[float]]]:
+        """Each node with a copy of its recent latenesses (taken in one call, as a worker may
+        append meanwhile)."""
+        return [(slot, slot.lateness.tolist()) for slot in self.slots]
+
+
+def _stopping(policy: Policy) -> bool:
+    """``policy.stopping``, read again (a host wait released the lock since the last read)."""
+    return policy.stopping
+
+
+MAX_SLOTS = 2**52  # slot numbers up to here are exact in a float's mantissa: due times stay exact
+
+
+def check_schedule(slots: Sequence[Slot], meta: Mapping[str, Any]) -> list[str]:
+    """The problems of a tree's ``"@mujou"`` time and schedules, all of them (state.mismatch).
+
+    Checked before anything starts: a restore then cannot fail half-way, hang on a time the
+    slot arithmetic cannot reach, or hand ``on_update`` a ``dt`` that is not a positive time.
+    """
+    problems: list[str] = []
+    time_ = meta.get("time")
+    if isinstance(time_, bool) or not isinstance(time_, int | float):
+        return [f"the tree's {'@mujou'!r} time must be a number of seconds, got {time_!r}."]
+    time_ = float(time_)
+    if not (math.isfinite(time_) and time_ >= 0.0):
+        return [f"the tree's {'@mujou'!r} time must be a finite number of seconds >= 0, got {time_!r}."]
+    saved_nodes: Mapping[str, Any] = meta["nodes"]
+    for slot in slots:
+        saved = saved_nodes.get(slot.name)
+        if not isinstance(saved, Mapping):
+            problems.append(f"node {slot.name!r} has no schedule in the tree's {'@mujou'!r} entry.")
+            continue
+        period, number, last = saved.get("period"), saved.get("slot"), saved.get("last")
+        where = f"node {slot.name!r}'s saved"
+        if (
+            isinstance(period, bool)
+            or not isinstance(period, int | float)
+            or not (math.isfinite(period) and period > 0)
+        ):
+            problems.append(f"{where} period must be a finite number of seconds > 0, got {period!r}.")
+        elif time_ / min(float(period), slot.period) >= MAX_SLOTS:
+            problems.append(
+                f"the tree's time {time_!r} is too far on for node {slot.name!r}'s period: "
+                f"at most {MAX_SLOTS} periods are allowed."
+            )
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_SLOTS:
+            problems.append(f"{where} slot must be an int in [1, 2**52], got {number!r}.")
+        if isinstance(last, bool) or not isinstance(last, int | float) or not (0.0 <= float(last) <= time_):
+            problems.append(
+                f"{where} last update time must be a number in [0, the tree's time {time_!r}], got {last!r}."
+            )
+    return problems
+
+
+@atexit.register
+def _stop_live_runs() -> None:
+    """At interpreter exit: stop every run the program left running, report unheard errors."""
+    for engine in list(_live):
+        if not engine.ended:
+            stopper = threading.Thread(target=_stop_quietly, args=(engine,), daemon=True)
+            stopper.start()
+            stopper.join(EXIT_GRACE)
+        error = engine.error
+        if error is not None and not engine.error_reported:
+            engine.error_reported = True
+            print(
+                "mujou: a run ended with an error that no call on the run reported:",
+                file=sys.stderr,
+            )
+            traceback.print_exception(error, file=sys.stderr)
+
+
+def _stop_quietly(engine: Engine) -> None:
+    try:
+        engine.stop()
+    except BaseException as exc:  # at exit: say it, do not raise it
+        print(f"mujou: stopping a run at exit failed: {exc!r}", file=sys.stderr)

@@ -1,0 +1,129 @@
+"""One node's place in a run: its schedule, its statistics, and the jobs it is given.
+
+A ``Slot`` is written by the thread that holds its node (see ``Policy.holder``), and by the
+policy under the engine's lock while nobody holds it: the hand-off through the lock makes each
+hook see what the previous one wrote (threads.hooks-exclusive).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from .._schedule import next_slot
+from .._stats import LATENESS_WINDOW
+
+if TYPE_CHECKING:
+    from .._node import Node, NodeCore
+
+START, RESTORE, STATE, STOP = "start", "restore", "state", "stop"
+HOOK_OF_JOB = {START: "on_start", RESTORE: "load_state_dict", STATE: "state_dict", STOP: "on_stop"}
+
+
+class Job:
+    """A one-off hook call on a node: start, restore, state or stop."""
+
+    __slots__ = ("arg", "error", "kind", "result")
+
+    def __init__(self, kind: str, arg: Any = None) -> None:
+        self.kind = kind
+        self.arg = arg
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Slot:
+    """One node's schedule, flags and statistics."""
+
+    __slots__ = (
+        "busy_seconds",
+        "core",
+        "cuda",
+        "dedicated",
+        "dt_max",
+        "dt_min",
+        "dt_sum",
+        "due",
+        "hook",
+        "index",
+        "jobs",
+        "last",
+        "lateness",
+        "lateness_max",
+        "name",
+        "node",
+        "now",
+        "period",
+        "skipped",
+        "slot",
+        "started",
+        "stop_queued",
+        "stopped",
+        "updates",
+        "warned",
+    )
+
+    def __init__(self, node: Node, core: NodeCore, index: int) -> None:
+        self.node = node
+        self.core = core
+        self.index = index
+        self.name = node.name
+        self.period = core.period
+        self.dedicated = core.dedicated
+        self.cuda = core.device.type == "cuda"
+        self.slot = 1  # the number of the next update; it is due at slot * period
+        self.due = 0.0  # due_time(slot, period), set when the timer starts and at each update
+        self.last = 0.0  # the start time of the previous update (or of the run)
+        self.started = False  # its on_start returned
+        self.stop_queued = False
+        self.stopped = False
+        self.jobs: deque[Job] = deque()  # dedicated nodes only; worker jobs share one queue
+        self.updates = 0
+        self.skipped = 0
+        self.busy_seconds = 0.0
+        self.dt_min = math.inf
+        self.dt_max = 0.0
+        self.dt_sum = 0.0
+        self.lateness = array("d")  # the last LATENESS_WINDOW latenesses, a ring once full
+        self.lateness_max = 0.0
+        self.hook = ""  # the hook running now, while core.hook_thread is set
+        self.now: tuple[float, float, float] | None = None  # the running update's t, dt, lateness
+        self.warned: set[str] = set()
+
+
+def begin_update(slot: Slot, start: float, traced: bool) -> float:
+    """``slot``'s update starts at ``start``: its statistics and its next due time
+    (sched.fixed-rate, sched.skip); returns its dt.
+
+    Called by the thread holding the node, without the lock: that thread alone touches these.
+    """
+    period = slot.period
+    lateness = start - slot.due
+    following = slot.slot + 1
+    due = following * period  # due_time(following, period), inlined
+    if due < start:  # more than a period late: skip (sched.skip)
+        following, skipped = next_slot(slot.slot, period, start)
+        slot.skipped += skipped
+        due = following * period
+    slot.slot = following
+    slot.due = due
+    dt = start - slot.last
+    slot.last = start
+    done = slot.updates
+    slot.updates = done + 1
+    slot.dt_sum += dt
+    if dt < slot.dt_min:
+        slot.dt_min = dt
+    if dt > slot.dt_max:
+        slot.dt_max = dt
+    if lateness > slot.lateness_max:
+        slot.lateness_max = lateness
+    if done < LATENESS_WINDOW:
+        slot.lateness.append(lateness)
+    else:
+        slot.lateness[done % LATENESS_WINDOW] = lateness
+    if traced:
+        slot.now = (start, dt, lateness)
+    return dt

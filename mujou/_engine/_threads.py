@@ -1,0 +1,271 @@
+"""The run's threads: thin loops that ask the policy under the lock and act outside it.
+
+Guarantees:
+- Each loop holds the engine's lock only to ask the policy and to tell it what was done;
+  hooks, copies and waits for the time run outside it.
+- Every thread body is guarded: an exception in Mujou's own code on a worker, a dedicated
+  thread or the state thread stops the run with ``MujouInternalError`` chained to it, and the
+  thread's exit is counted, so ``stop()`` and the host's waits return (run.internal-error).
+- Idle threads park on a lock of their own (``Parking``): no allocation per wait, and a
+  notify for work wakes the worker that parked last, whose caches are the warmest.
+- Only the GIL-independent guarantees of ``threading`` are relied on (``list.pop`` and
+  ``list.append`` are atomic on every build), so the loops are the same on free-threaded builds.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._policy import EXIT, JOB, PARK, RUN, SPIN, WATCH, Batch
+from ._slot import HOOK_OF_JOB, RESTORE, START, STATE, Job, Slot, begin_update
+
+if TYPE_CHECKING:
+    from ._lifecycle import Engine
+
+_TIMEOUT_MAX = threading.TIMEOUT_MAX
+_yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))  # releases the GIL
+_perf_counter = time.perf_counter
+
+
+class Parking:
+    """Parked threads, each on a gate of its own; every method is called with ``lock`` held.
+
+    Gates ``0 .. workers - 1`` are the workers', the rest the dedicated threads'.
+    ``threading.Condition`` would allocate a lock for every wait and wake its waiters in the
+    order they came; a worker waits many times a second.
+    """
+
+    __slots__ = ("_gates", "_lock", "_parked", "_workers")
+
+    def __init__(self, lock: threading.Lock, gates: int) -> None:
+        self._lock = lock
+        self._gates = [threading.Lock() for _ in range(gates)]  # held while nobody opened it
+        for gate in self._gates:
+            gate.acquire()
+        self._parked = bytearray(gates)
+        self._workers: list[int] = []  # the parked workers, the latest last
+
+    def wait(self, number: int, timeout: float | None, worker: bool) -> bool:
+        """Release the lock, wait for a notify or ``timeout`` seconds, take the lock back.
+
+        Returns whether a notify woke the thread (False when the time ran out).
+        """
+        gate = self._gates[number]
+        self._parked[number] = 1
+        if worker:
+            self._workers.append(number)
+        self._lock.release()
+        try:
+            notified = gate.acquire(True, -1 if timeout is None else min(max(timeout, 0.0), _TIMEOUT_MAX))
+        finally:
+            self._lock.acquire()
+        if not notified:
+            if self._parked[number]:
+                self._parked[number] = 0
+                if worker:
+                    self._workers.remove(number)
+            else:  # notified after the time ran out, before the lock was back: the gate is open
+                gate.acquire()
+                notified = True
+        return notified
+
+    def notify(self, number: int) -> None:
+        """Wake thread ``number`` if it is parked."""
+        if self._parked[number]:
+            self._parked[number] = 0
+            if number in self._workers:
+                self._workers.remove(number)
+            self._gates[number].release()
+
+    def notify_worker(self) -> None:
+        """Wake one parked worker, the one that parked last."""
+        if self._workers:
+            number = self._workers.pop()
+            self._parked[number] = 0
+            self._gates[number].release()
+
+    def notify_workers(self) -> None:
+        """Wake every parked worker."""
+        parked, self._workers = self._workers, []
+        for number in parked:
+            self._parked[number] = 0
+            self._gates[number].release()
+
+
+def guarded(engine: Engine, holder: int, body: Callable[..., None], *args: Any) -> None:
+    """Run a thread's ``body``; an exception in it stops the run with MujouInternalError."""
+    try:
+        body(engine, *args)
+    except BaseException as exc:
+        engine.crashed(holder, exc)
+
+
+def worker_main(engine: Engine, w: int) -> None:
+    """Worker ``w``: ask the policy what to do next, do it, tell the policy, again."""
+    lock, policy, clock, parking = engine.lock, engine.policy, engine.clock, engine.parking
+    gil = policy.in_hook is not None
+    busy = engine.worker_busy
+    while True:
+        with lock:
+            while True:
+                now = clock.now()
+                kind, arg = policy.next_for_worker(w, now, _perf_counter() if gil else 0.0)
+                if policy.wake and engine.deliver() and kind not in (RUN, JOB):
+                    continue  # the next virtual instant began
+                if kind in (RUN, JOB):
+                    break
+                if kind == EXIT:
+                    engine.thread_exited()
+                    return
+                if kind == SPIN:
+                    assert isinstance(arg, float)
+                    _spin_until(engine, arg)
+                elif kind == PARK:
+                    parking.wait(w, None, True)
+                else:
+                    assert isinstance(arg, float)
+                    _wait_timed(engine, w, arg, learn=kind != WATCH)
+        if kind == RUN:
+            assert isinstance(arg, Batch)
+            busy[w] += run_batch(engine, w, arg, now)
+        else:
+            assert isinstance(arg, tuple)
+            slot, job = arg
+            before = slot.busy_seconds  # the hook caller measures each hook's time there
+            run_job(engine, slot, job, w + 1)
+            busy[w] += slot.busy_seconds - before
+        del arg  # drop the references while idle, as concurrent.futures does
+
+
+def run_batch(engine: Engine, w: int, batch: Batch, start: float) -> float:
+    """Run ``batch``'s updates in turn, the first at ``start``, no lock held; return the seconds
+    spent in hooks.
+
+    Ends early, leaving the rest to the policy: when a worker is needed for something else (a
+    job, a pause, the stop), when an update failed under the real-time timer, and when a node
+    that ran is due again (from the queue, another worker may take it first:
+    threads.earliest-due-first).
+    """
+    policy, clock, slots, call = engine.policy, engine.clock, engine.slots, engine.hooks.call
+    todo, ran, in_hook, traced = batch.todo, batch.ran, policy.in_hook, engine.hooks.trace is not None
+    spent = 0.0
+    again = float("inf")  # the earliest next due time of the nodes that ran
+    while True:
+        try:
+            slot = slots[todo.pop()]
+        except IndexError:  # another worker took the last one
+            break
+        if in_hook is not None:  # a CUDA node waits for its stream outside the GIL
+            in_hook[w] = 0.0 if slot.cuda else _perf_counter()
+        dt = begin_update(slot, start, traced)
+        before = slot.busy_seconds
+        failed = call(slot, "on_update", slot.node.on_update, dt)[1]
+        spent += slot.busy_seconds - before
+        ran.append(slot)
+        if failed is not None:
+            with engine.lock:
+                engine.report(slot, "on_update", slot.last, failed)
+                policy.update_failed(batch)
+                if policy.wake:
+                    engine.deliver()
+        if slot.due < again:
+            again = slot.due
+        if not todo or policy.jobs or policy.paused or policy.stopping:
+            break
+        start = clock.now()
+        if start >= again:
+            break
+    return spent
+
+
+def run_job(engine: Engine, slot: Slot, job: Job, holder: int) -> None:
+    """Run ``job`` on ``slot``, held by thread ``holder``, and tell the policy."""
+    node, kind = slot.node, job.kind
+    hook = HOOK_OF_JOB[kind]
+    at = engine.clock.now()
+    call = engine.hooks.call
+    if kind == START:
+        _, job.error = call(slot, hook, node.on_start)
+    elif kind == RESTORE:
+        _, job.error = call(slot, hook, node.load_state_dict, job.arg)
+    elif kind == STATE:
+        job.result, job.error = call(slot, hook, node.state_dict)
+    else:
+        _, job.error = call(slot, hook, node.on_stop)
+    with engine.lock:
+        if job.error is not None and kind != RESTORE:
+            engine.report(slot, hook, at, job.error)
+        engine.policy.job_done(slot, job, holder)
+        if engine.policy.wake:
+            engine.deliver()
+
+
+def dedicated_main(engine: Engine, slot: Slot) -> None:
+    """The thread of dedicated node ``slot``: its jobs and its updates."""
+    lock, policy, clock, parking = engine.lock, engine.policy, engine.clock, engine.parking
+    holder, gate = policy.dedicated_holder(slot), engine.gate_of(slot)
+    traced = engine.hooks.trace is not None
+    on_update = slot.node.on_update
+    while True:
+        with lock:
+            while True:
+                kind, arg = policy.next_for_dedicated(slot, clock.now())
+                if policy.wake:
+                    engine.deliver()
+                if kind in (RUN, JOB):
+                    break
+                if kind == EXIT:
+                    engine.thread_exited()
+                    return
+                parking.wait(gate, None if kind == PARK else arg, False)  # type: ignore[arg-type]  # SLEEP: float
+        if kind == RUN:
+            assert isinstance(arg, float)
+            dt = begin_update(slot, arg, traced)
+            failed = engine.hooks.call(slot, "on_update", on_update, dt)[1]
+            with lock:
+                if failed is not None:
+                    engine.report(slot, "on_update", slot.last, failed)
+                policy.update_done(slot)
+                if policy.wake:
+                    engine.deliver()
+        else:
+            assert isinstance(arg, Job)
+            run_job(engine, slot, arg, holder)
+        del arg
+
+
+def state_main(engine: Engine, jobs: list[tuple[Slot, Job]]) -> None:
+    """The state thread: the worker nodes' state_dict, one after the other (cuda.wait-state-dict)."""
+    holder = engine.policy.state_holder
+    for slot, job in jobs:
+        with engine.lock:
+            engine.policy.begin_state_job(slot, job)
+        run_job(engine, slot, job, holder)
+    with engine.lock:
+        engine.thread_exited()
+
+
+def _wait_timed(engine: Engine, w: int, timeout: float, *, learn: bool) -> None:
+    """With the lock held, wait for a notify or ``timeout`` real seconds; when ``learn``, learn
+    how late timed wake-ups come (NOTE [ waking for a burst ])."""
+    if not (learn and engine.policy.bursts):
+        engine.parking.wait(w, timeout, True)
+        return
+    deadline = _perf_counter() + timeout
+    if not engine.parking.wait(w, timeout, True):
+        engine.policy.learn_lateness(_perf_counter() - deadline)
+
+
+def _spin_until(engine: Engine, due: float) -> None:
+    """With the lock held, release it and yield the CPU until the timer reaches ``due``."""
+    clock = engine.clock
+    engine.lock.release()
+    try:
+        while clock.now() < due:
+            _yield_cpu()
+    finally:
+        engine.lock.acquire()

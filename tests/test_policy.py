@@ -1,0 +1,417 @@
+"""The scheduling policy, driven without threads: a fake clock and a random scheduler of threads.
+
+Each simulated thread (workers, dedicated threads, the state thread, the host) acts one step
+at a time, as the real ones do between lock acquisitions: ask the policy, pop one update of
+its batch (atomic, as ``list.pop``), run it, tell the policy. A seeded random scheduler picks
+which thread acts next (trio's deterministic-scheduling idea), so thousands of interleavings
+run per second, and after every step the policy's invariant is checked: each node in exactly
+one place, the counts right. From every state some thread must be able to act, or the fake
+time must move to a deadline; otherwise the run is stuck (a lost wake-up, a livelock).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+import torch
+
+from mujou._engine._policy import EXIT, HOLD_BACK, JOB, PARK, RUN, SLEEP, SPIN, WATCH, Batch, Policy
+from mujou._engine._slot import START, STATE, Job, Slot, begin_update
+
+STEPS = 3000  # steps of one random run before the stop
+
+
+def make_slots(rng: random.Random, count: int, dedicated: float) -> list[Slot]:
+    slots = []
+    for index in range(count):
+        period = rng.choice([0.01, 0.02, 0.03, 0.05])
+        core = SimpleNamespace(period=period, dedicated=rng.random() < dedicated, device=torch.device("cpu"))
+        node = SimpleNamespace(name=f"n{index}")
+        slots.append(Slot(cast(Any, node), cast(Any, core), index))
+    return slots
+
+
+@dataclass
+class Thread:
+    """A simulated thread: what it waits for, and what it holds."""
+
+    name: str
+    worker: int = -1  # its number, for a worker
+    slot: Slot | None = None  # its node, for a dedicated thread
+    state: str = "ready"  # ready, parked, sleeping, batch, job, update, exited
+    deadline: float = math.inf  # timer time a sleep ends at
+    wakeable: bool = True  # a notify ends its sleep (not while it spins)
+    batch: Batch | None = None
+    current: int = -1  # the index it popped from its batch and runs now
+    job: tuple[Slot, Job] | None = None
+    start: float = 0.0  # the time its batch or update started at
+    jobs: list[tuple[Slot, Job]] = field(default_factory=list)  # the state thread's
+
+
+class World:
+    """The policy, its threads and a fake clock, stepped by a seeded random scheduler."""
+
+    def __init__(self, seed: int, *, virtual: bool, workers: int, gil: bool) -> None:
+        self.rng = random.Random(seed)
+        self.slots = make_slots(self.rng, self.rng.randint(1, 8), 0.3)
+        self.virtual = virtual
+        self.policy = Policy(self.slots, workers, virtual=virtual, scale=1.0, gil=gil)
+        self.now = 0.0
+        self.real = 1000.0  # perf_counter's time, for the GIL's hold-back
+        self.threads = [Thread(f"w{w}", worker=w) for w in range(workers)]
+        self.threads += [Thread(f"d{slot.index}", slot=slot) for slot in self.policy.dedicated]
+        self.parked_workers: list[Thread] = []  # the order workers parked in, the latest last
+        self.fail_rate = self.rng.choice([0.0, 0.0, 0.01])
+        self.started = False
+        self.collecting = False
+        self.steps = 0
+
+    # -- the engine's side ---------------------------------------------------------------
+
+    def deliver(self) -> None:
+        policy = self.policy
+        if policy.wake_workers == 2:
+            for thread in self.parked_workers:
+                self._wake(thread)
+            self.parked_workers.clear()
+        elif policy.wake_workers == 1 and self.parked_workers:
+            self._wake(self.parked_workers.pop())
+        if policy.wake_worker >= 0:
+            thread = self.threads[policy.wake_worker]
+            if thread in self.parked_workers:
+                self.parked_workers.remove(thread)
+            self._wake(thread)
+        for slot in policy.wake_nodes:
+            thread = next(t for t in self.threads if t.slot is slot)
+            if thread.state in ("parked", "sleeping") and thread.wakeable:
+                self._wake(thread)
+        policy.delivered()
+
+    def _wake(self, thread: Thread) -> None:
+        if thread.state in ("parked", "sleeping") and thread.wakeable:
+            thread.state, thread.deadline = "ready", math.inf
+
+    def check(self) -> None:
+        current = [(self._holder(t), t.current) for t in self.threads if t.current >= 0]
+        problems = self.policy.check(current)
+        assert not problems, (self.steps, problems)
+        self.check_live()
+
+    def check_live(self) -> None:
+        """No lost wake-up: when every worker not in a hook waits, one of them wakes by the time
+        work is there (a hook may block: threads.blocking-holds-worker holds only its worker)."""
+        policy = self.policy
+        workers = [t for t in self.threads if t.worker >= 0 and t.current < 0 and t.state != "exited"]
+        if not workers or any(t.state not in ("parked", "sleeping") for t in workers):
+            return
+        if policy.jobs:
+            due = self.now
+        elif policy.may_start_updates():
+            due = policy._earliest()[0]
+        else:
+            return
+        if due == math.inf or (self.virtual and due > self.now):
+            return
+        latest = max(due, self.now) + 8 * HOLD_BACK + 1e-9  # the longest a watcher looks later
+        waking = [t for t in workers if t.state == "sleeping" and t.deadline <= latest]
+        assert waking, (
+            self.steps,
+            f"work due at {due} and no worker wakes for it",
+            self.now,
+            [(t.name, t.state, t.deadline) for t in workers],
+        )
+
+    def _holder(self, thread: Thread) -> int:
+        if thread.worker >= 0:
+            return thread.worker + 1
+        assert thread.slot is not None
+        return self.policy.dedicated_holder(thread.slot)
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def enabled(self) -> list[Thread]:
+        return [t for t in self.threads if t.state not in ("parked", "sleeping", "exited")]
+
+    def step(self, thread: Thread) -> None:
+        self.steps += 1
+        if thread.name == "state":
+            self._state_step(thread)
+        elif thread.slot is not None:
+            self._dedicated_step(thread)
+        else:
+            self._worker_step(thread)
+        if self.policy.wake:
+            self.deliver()
+        self.check()
+
+    def _sleep(self, thread: Thread, kind: int, arg: Any) -> None:
+        if kind == PARK:
+            thread.state, thread.deadline, thread.wakeable = "parked", math.inf, True
+        elif kind == SPIN:
+            thread.state, thread.deadline, thread.wakeable = "sleeping", float(arg), False
+        else:
+            thread.state, thread.deadline, thread.wakeable = "sleeping", self.now + float(arg), True
+        if thread.worker >= 0 and thread.wakeable:
+            self.parked_workers.append(thread)
+
+    def _worker_step(self, thread: Thread) -> None:
+        policy, w = self.policy, thread.worker
+        if thread.state == "ready":
+            kind, arg = policy.next_for_worker(w, self.now, self.real)
+            if kind == RUN:
+                assert isinstance(arg, Batch)
+                thread.state, thread.batch, thread.start = "batch", arg, self.now
+            elif kind == JOB:
+                assert isinstance(arg, tuple)
+                thread.state, thread.job = "job", arg
+            elif kind == EXIT:
+                thread.state = "exited"
+                if policy.thread_exited():
+                    self.ended = True
+            else:
+                assert kind in (SLEEP, WATCH, SPIN, PARK)
+                self._sleep(thread, kind, arg)
+        elif thread.state == "batch":
+            self._batch_step(thread)
+        elif thread.state == "job":
+            assert thread.job is not None
+            slot, job = thread.job
+            thread.job = None
+            self._finish_job(slot, job, w + 1)
+            thread.state = "ready"
+
+    def _batch_step(self, thread: Thread) -> None:
+        """One step of running a batch: pop the next update, or run the popped one."""
+        batch, policy = thread.batch, self.policy
+        assert batch is not None
+        if thread.current < 0:
+            try:
+                thread.current = batch.todo.pop()
+            except IndexError:  # another worker took the last one
+                thread.state, thread.batch = "ready", None
+            return
+        slot = self.slots[thread.current]
+        begin_update(slot, thread.start, False)
+        batch.ran.append(slot)
+        thread.current = -1
+        if self.rng.random() < self.fail_rate:
+            slot.hook = "on_update"
+            policy.fail(slot, RuntimeError(f"{slot.name} failed"))
+            policy.update_failed(batch)
+        if not batch.todo or policy.jobs or policy.paused or policy.stopping or self.rng.random() < 0.1:
+            thread.state, thread.batch = "ready", None
+
+    def _dedicated_step(self, thread: Thread) -> None:
+        slot, policy = thread.slot, self.policy
+        assert slot is not None
+        if thread.state == "ready":
+            kind, arg = policy.next_for_dedicated(slot, self.now)
+            if kind == RUN:
+                thread.state, thread.start = "update", float(cast(float, arg))
+            elif kind == JOB:
+                assert isinstance(arg, Job)
+                thread.state, thread.job = "job", (slot, arg)
+            elif kind == EXIT:
+                thread.state = "exited"
+                if policy.thread_exited():
+                    self.ended = True
+            else:
+                self._sleep(thread, kind, arg)
+        elif thread.state == "update":
+            begin_update(slot, thread.start, False)
+            if self.rng.random() < self.fail_rate:
+                slot.hook = "on_update"
+                policy.fail(slot, RuntimeError(f"{slot.name} failed"))
+            policy.update_done(slot)
+            thread.state = "ready"
+        elif thread.state == "job":
+            assert thread.job is not None
+            job_slot, job = thread.job
+            thread.job = None
+            self._finish_job(job_slot, job, policy.dedicated_holder(slot))
+            thread.state = "ready"
+
+    def _state_step(self, thread: Thread) -> None:
+        policy = self.policy
+        if thread.job is None:
+            if not thread.jobs:
+                thread.state = "exited"
+                if policy.thread_exited():
+                    self.ended = True
+                return
+            thread.job = thread.jobs.pop(0)
+            policy.begin_state_job(*thread.job)
+            return
+        slot, job = thread.job
+        thread.job = None
+        self._finish_job(slot, job, policy.state_holder)
+
+    def _finish_job(self, slot: Slot, job: Job, holder: int) -> None:
+        slot.hook = {"start": "on_start", "state": "state_dict", "stop": "on_stop"}.get(job.kind, "")
+        if job.kind == START and self.rng.random() < self.fail_rate * 5:
+            job.error = RuntimeError("start failed")
+            self.policy.fail(slot, job.error)
+        self.policy.job_done(slot, job, holder)
+
+    # -- the host and the clock ----------------------------------------------------------
+
+    ended = False
+
+    def host(self) -> bool:
+        """One move of the host or the clock when no thread can act; False when none is left."""
+        policy = self.policy
+        if self.collecting and policy.pending == 0:
+            policy.release_pause()
+            self.collecting = False
+            return True
+        if self.virtual and not policy.stopping and policy.running and policy.quiescent(self.now):
+            if policy.end_instant():
+                return True
+            due = policy.next_due()
+            if due < math.inf:
+                self.now = due
+                policy.start_instant()
+                return True
+        sleeping = [t for t in self.threads if t.state == "sleeping"]
+        if sleeping:
+            thread = min(sleeping, key=lambda t: t.deadline)
+            if thread.deadline > self.now:
+                if self.virtual and thread.wakeable:
+                    return False  # under the virtual timer only the host moves the time
+                self.real += thread.deadline - self.now
+                self.now = thread.deadline
+            if thread in self.parked_workers:
+                self.parked_workers.remove(thread)
+            thread.state, thread.deadline, thread.wakeable = "ready", math.inf, True
+            return True
+        return False
+
+    def host_event(self) -> None:
+        """Something the host does now and then: take the state, or stop."""
+        policy = self.policy
+        roll = self.rng.random()
+        if roll < 0.02 and not self.collecting and not policy.stopping and policy.busy == 0 and policy.paused:
+            jobs = policy.take_states()
+            self.collecting = True
+            if jobs:
+                self.threads.append(Thread("state", state="ready", jobs=jobs))
+        elif roll < 0.03 and not self.collecting and not policy.stopping and not policy.paused:
+            policy.pause()
+        elif roll < 0.035 and policy.paused and not self.collecting and not policy.stopping:
+            policy.release_pause()
+
+    def run(self) -> None:
+        policy = self.policy
+        policy.queue_jobs([(slot, Job(START)) for slot in self.slots])
+        self.deliver()
+        self._drive(lambda: policy.pending == 0 or policy.stopping)
+        if not policy.stopping:
+            policy.start_timer()
+            self.deliver()
+            self._drive(lambda: self.steps >= STEPS or policy.stopping, events=True)
+        if self.collecting and not policy.pending:
+            policy.release_pause()
+        policy.begin_stop()
+        self.deliver()
+        self._drive(lambda: self.ended)
+        for slot in self.slots:
+            assert slot.stopped or not slot.started, f"{slot.name} started and was not stopped"
+
+    def _drive(self, done: Any, events: bool = False) -> None:
+        for _ in range(20 * STEPS):
+            if done():
+                return
+            if events:
+                self.host_event()
+                if self.policy.wake:
+                    self.deliver()
+            ready = self.enabled()
+            if ready:
+                self.step(self.rng.choice(ready))
+                continue
+            if self.host():
+                if self.policy.wake:
+                    self.deliver()
+                self.check()
+                continue
+            if self.collecting or self.policy.paused:
+                if self.collecting and self.policy.pending == 0:
+                    continue
+                self.policy.release_pause()
+                self.collecting = False
+                self.deliver()
+                continue
+            pytest.fail(f"stuck after {self.steps} steps: {[(t.name, t.state) for t in self.threads]}")
+        pytest.fail(f"no progress to the goal in {20 * STEPS} moves")
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_nets_and_interleavings(seed: int) -> None:
+    rng = random.Random(seed)
+    world = World(
+        seed,
+        virtual=rng.random() < 0.4,
+        workers=rng.randint(1, 4),
+        gil=rng.random() < 0.5,
+    )
+    world.run()
+
+
+def started_policy(slots: list[Slot], workers: int) -> Policy:
+    """A real-time policy whose nodes have started and whose timer runs."""
+    policy = Policy(slots, workers, virtual=False, scale=1.0, gil=False)
+    for slot in slots:
+        slot.started = True
+    policy.start_timer()
+    policy.delivered()
+    return policy
+
+
+def test_two_shared_batches_of_one_due_time_do_not_freeze_a_worker() -> None:
+    """Defect 1 of the engine issue: with two shared batches due at one time, the first run out,
+    a free worker takes from the second (the old engine looked at the first only and retried
+    forever with the lock held)."""
+    slots = make_slots(random.Random(7), 6, 0.0)
+    for slot in slots:
+        slot.period = 0.01
+    policy = started_policy(slots, 3)
+    kind, first = policy.next_for_worker(0, 0.01, 0.0)
+    assert kind == RUN and isinstance(first, Batch) and first.shared
+    # Worker 0 pops three without the lock; worker 1 takes the rest as a batch of its own due
+    # then (as nodes of another period falling due at the same time would be).
+    rest = [first.todo.pop() for _ in range(3)]
+    first.todo.clear()
+    second = policy.batch[1]
+    second.due, second.todo, second.shared = 0.01, list(rest), True
+    for index in rest:
+        policy.holder[index] = 2
+    policy.shared.append(second)
+    kind, third = policy.next_for_worker(2, 0.01, 0.0)
+    assert kind == RUN and isinstance(third, Batch) and third.todo == [rest[-1]]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_pause_puts_back_a_held_batch(workers: int) -> None:
+    slots = make_slots(random.Random(3), 1, 0.0)
+    policy = started_policy(slots, workers)
+    kind, batch = policy.next_for_worker(0, 0.0, 0.0)
+    assert kind == SLEEP
+    kind, batch = policy.next_for_worker(0, slots[0].due, 0.0)
+    assert kind == RUN and isinstance(batch, Batch)
+    index = batch.todo.pop()
+    begin_update(slots[index], slots[0].due, False)
+    batch.ran.append(slots[index])
+    kind, _ = policy.next_for_worker(0, slots[0].last + 0.0001, 0.0)
+    assert kind == SLEEP  # kept (one worker) or put back (two)
+    assert batch.held == (workers == 1)
+    policy.pause()
+    kind, _ = policy.next_for_worker(0, slots[0].last + 0.0002, 0.0)
+    assert kind == PARK and not batch.held and policy.busy == 0
+    assert policy.check() == []
+    jobs = policy.take_states()
+    assert [job.kind for _, job in jobs] == [STATE]
