@@ -913,7 +913,8 @@ def streams(count):
 
 first = streams(1)
 mine = [torch.cuda.Stream(device=0) for _ in range(31)]  # the host's own streams
-print(json.dumps({"first": first, "second": streams(2)}))
+second = streams(2)
+print(json.dumps({"first": first, "second": second, "mine": [s.cuda_stream for s in mine]}))
 """
 
 
@@ -922,10 +923,16 @@ print(json.dumps({"first": first, "second": streams(2)}))
 @pytest.mark.rule("cuda.stream-pool", "cuda.stream-current")
 def test_nodes_keep_streams_of_their_own_when_the_host_makes_streams() -> None:
     """> A device has a pool of 32 streams, so past 32 streams on one device, some nodes share a
-    > stream. (cuda.stream-current: a CUDA stream of the node's own.)"""
+    > stream. (cuda.stream-current: a CUDA stream of the node's own.) The streams the host makes
+    > with torch.cuda.Stream(), before a run or between two, are none of the nodes' streams.
+
+    Needs Mujou to take its pool from streams the host does not draw from by default (the
+    high-priority streams): torch hands out its default-priority streams in turn."""
     result = json.loads(run_script(_HOST_STREAMS_SCRIPT))
-    second = result["second"]
+    first, second, mine = result["first"], result["second"], set(result["mine"])
     assert len(set(second)) == 2, f"two CUDA nodes share a stream: {result}"
+    assert not set(first) & mine, f"a stream the host made is the node's of the first run: {result}"
+    assert not set(second) & mine, f"a stream the host made is a node's: {result}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -935,13 +942,31 @@ def test_nodes_keep_streams_of_their_own_when_the_host_makes_streams() -> None:
 class MadeInInit(Node):
     """Makes a CUDA tensor in __init__, on the host's stream, behind a slow kernel."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, slow: bool = True) -> None:
         super().__init__(period=0.25, seed=0, device="cuda:0")
-        self.t = slow_full(7.0, self.device)
+        self.t = slow_full(7.0, self.device) if slow else torch.full((1,), 7.0, device=self.device)
         self.seen: torch.Tensor | None = None
+        self.stream = 0  # the node's current stream in on_start
 
     def on_start(self) -> None:
+        self.stream = torch.cuda.current_stream().cuda_stream
         self.seen = self.t.clone()  # on the node's stream
+
+
+def a_stream_not_the_nodes() -> torch.cuda.Stream:
+    """A stream of the host's that is not the stream a lone MadeInInit node gets in a run.
+
+    torch hands its streams out in turn, so a stream the host makes may be a node's: then the
+    node's work would follow the host's on it, synchronized or not. A run of the same net tells
+    the node's stream; of two streams made in a row, one differs from it."""
+    probe = MadeInInit(slow=False)
+    with mujou.run(Bag(node=probe), timer=vt()):
+        pass
+    for _ in range(2):
+        side = torch.cuda.Stream(device=0)  # type: ignore[no-untyped-call]  # untyped in torch
+        if side.cuda_stream != probe.stream:
+            return side
+    raise AssertionError("two streams made in a row were both the node's")
 
 
 @pytest.mark.cuda
@@ -949,12 +974,17 @@ class MadeInInit(Node):
 @pytest.mark.rule("cuda.run-syncs-host-stream")
 @pytest.mark.parametrize("host_stream", ["default", "side"])
 def test_run_synchronizes_the_host_stream_before_the_nodes_start(host_stream: str) -> None:
-    """> `mujou.run` synchronizes the host's current stream before it starts the nodes."""
-    side = torch.cuda.Stream(device=0) if host_stream == "side" else None  # type: ignore[no-untyped-call]
+    """> `mujou.run` synchronizes the host's current stream before it starts the nodes.
+
+    The host's side stream is not the node's: on the node's own stream the node's work would
+    follow the host's without any synchronization."""
+    side = a_stream_not_the_nodes() if host_stream == "side" else None
     with torch.cuda.stream(side):  # None: the default stream stays current
         node = MadeInInit()
         with mujou.run(Bag(node=node), timer=vt()):
             pass
+    host = torch.cuda.default_stream(0) if side is None else side
+    assert node.stream != host.cuda_stream, "the node ran on the host's stream: this tests nothing"
     assert node.seen is not None and whole(node.seen, 7.0), values(node.t)
 
 

@@ -527,3 +527,57 @@ def test_warnings_under_virtual_timer_are_on_host() -> None:
     # One per node: on_start and on_update leak the same setting.
     assert len(shown) == 4, shown
     assert {w.thread for w in shown} == {threading.get_ident()}
+
+
+# --- gaps found by mutation testing ---------------------------------------------------------
+
+
+class SeedsThenSignals(Node):
+    """Calls torch.manual_seed in its first update once `busy` is inside its hook; its second
+    update signals that the first has returned."""
+
+    def __init__(self, busy_inside: threading.Event, returned: threading.Event) -> None:
+        super().__init__(period=0.005, seed=0, dedicated_thread=True)
+        self.busy_inside = busy_inside
+        self.returned = returned
+        self.n = 0
+
+    def on_update(self, dt: float) -> None:
+        self.n += 1
+        if self.n == 1:
+            assert self.busy_inside.wait(HANG_GUARD)
+            torch.manual_seed(torch.initial_seed() + 1)
+        else:
+            self.returned.set()
+
+
+class InsideUntilReturned(Node):
+    """Stays inside its first update until the seeding node's hook has returned."""
+
+    def __init__(self, busy_inside: threading.Event, returned: threading.Event) -> None:
+        super().__init__(period=0.005, seed=0, dedicated_thread=True)
+        self.busy_inside = busy_inside
+        self.returned = returned
+
+    def on_update(self, dt: float) -> None:
+        if not self.busy_inside.is_set():
+            self.busy_inside.set()
+            assert self.returned.wait(HANG_GUARD)
+
+
+@pytest.mark.rule("rules.manual-seed-warning")
+@pytest.mark.usefixtures("keep_global_rng")
+def test_manual_seed_warning_names_the_nodes_in_a_hook_meanwhile() -> None:
+    """> When hooks of other nodes ran at the same time, the warning names them too, as nodes
+    > that may have made the call instead."""
+    busy_inside, returned = threading.Event(), threading.Event()
+    net = Bag(
+        busy=InsideUntilReturned(busy_inside, returned),
+        seeder=SeedsThenSignals(busy_inside, returned),
+    )
+    with shown_warnings() as log, mujou.run(net, workers=1) as run:
+        assert returned.wait(HANG_GUARD), "hang guard: the seeder's second update"
+        run.sleep(0.02)
+    texts = [w.text for w in log.of(mujou.GlobalRandomWarning)]
+    assert len(texts) == 1, texts
+    assert texts[0].startswith("node 'seeder' (or node 'busy', whose hook ran meanwhile) called "), texts

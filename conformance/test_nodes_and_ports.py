@@ -1051,3 +1051,73 @@ def test_a_message_changed_after_its_read_fails_the_next_read() -> None:
         run.sleep(2.0)  # read at t=1, changed at t=2: the hook itself read nothing then
         with pytest.raises(RuntimeError, match=r"^the latest message on 'src\.y' was changed in place"):
             run.read(src.y)
+
+
+# --- gaps found by mutation testing ---------------------------------------------------------
+
+
+class SendsTwice(Node):
+    """Sends 2k - 1 and then 2k on ``y`` in its k-th update (all updates, or only the first)."""
+
+    y = Output()
+
+    def __init__(self, *, every_update: bool) -> None:
+        super().__init__(period=0.25, seed=0)
+        self.every_update = every_update
+        self.k = 0
+        self.sent = threading.Event()  # set after the second send of the first update
+
+    def on_update(self, dt: float) -> None:
+        if self.k and not self.every_update:
+            return
+        self.k += 1
+        self.y.send(torch.tensor([2.0 * self.k - 1]))
+        self.y.send(torch.tensor([2.0 * self.k]))
+        self.sent.set()
+
+
+class FirstValues(Node):
+    """Records the first value it reads on ``x`` in each update (None: no message)."""
+
+    x = Input()
+
+    def __init__(self, period: float) -> None:
+        super().__init__(period=period, seed=0)
+        self.seen: list[float | None] = []
+
+    def on_update(self, dt: float) -> None:
+        m = self.x.read()
+        self.seen.append(None if m is None else float(m[0]))
+
+
+@pytest.mark.rule("ports.read-latest", "visibility.virtual")
+def test_the_last_of_two_sends_in_an_update_is_the_latest_virtual() -> None:
+    """> `Input.read()` returns the latest visible message of the port's source: of two messages
+    > sent in one update, the second, for the readers of the next updates and for the host."""
+    src, sink = SendsTwice(every_update=True), FirstValues(0.25)
+    net = Bag(src=src, sink=sink)
+    net.connect(src.y, sink.x)
+    with mujou.run(net, timer=vt(), workers=1) as run:
+        run.sleep(1.0)
+        assert run.read(src.y).tolist() == [8.0]  # type: ignore[union-attr]
+        assert run.read(sink.x).tolist() == [8.0]  # type: ignore[union-attr]
+    assert sink.seen == [None, 2.0, 4.0, 6.0]
+
+
+@pytest.mark.rule("ports.read-latest", "visibility.realtime")
+def test_the_last_of_two_sends_in_an_update_is_the_latest_real_time() -> None:
+    """> `Input.read()` returns the latest visible message of the port's source (sample and hold):
+    > once the second of two sends returned, every read sees it until a newer one.
+
+    The source sends only in its first update. The reader's update that records after the one
+    in progress when the sends were done started after them."""
+    src, sink = SendsTwice(every_update=False), FirstValues(0.002)
+    net = Bag(src=src, sink=sink)
+    net.connect(src.y, sink.x)
+    with mujou.run(net, workers=2) as run:
+        assert src.sent.wait(HANG_GUARD), "hang guard: the source's first update"
+        assert run.read(src.y).tolist() == [2.0]  # type: ignore[union-attr]
+        n = len(sink.seen)
+        wait_until(lambda: len(sink.seen) > n + 1, "two more updates of the reader")
+        assert sink.seen[n + 1] == 2.0, sink.seen
+        assert run.read(sink.x).tolist() == [2.0]  # type: ignore[union-attr]

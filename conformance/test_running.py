@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import torch
+from _support import Bag
 
 import mujou
 from mujou import Input, Net, Node, Output
@@ -995,7 +996,9 @@ def test_stats_is_a_frozen_snapshot() -> None:
     assert isinstance(tick, mujou.NodeStats)
     assert (tick.updates, tick.skipped, tick.lateness_max) == (4, 0, 0.0)
     assert (joint.updates, joint.skipped, joint.lateness_max) == (8, 0, 0.0)
-    assert tick.busy >= 0.0 and joint.busy >= 0.0
+    # Each spent real time in its hooks (4 and 8 updates that make and send tensors).
+    assert type(tick.busy) is float and tick.busy > 0.0, tick
+    assert type(joint.busy) is float and joint.busy > 0.0, joint
     with pytest.raises(dataclasses.FrozenInstanceError):
         stats.time = 2.0  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -1075,3 +1078,128 @@ def test_virtual_time_moves_only_inside_host_calls() -> None:
         run.sleep(500.0)
         assert int(net.tick.count) == 2006
         assert net.tick.dts == [0.25] * 2006
+
+
+# --- gaps found by mutation testing ---------------------------------------------------------
+
+
+class FirstRead(Node):
+    """Records what its first update reads on ``x``; its period is short."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.001, seed=0)
+        self.first: list[float | None] = []
+        self.updated = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        if not self.first:
+            m = self.x.read()
+            self.first.append(None if m is None else float(m[0]))
+            self.updated.set()
+
+
+class CopiedSlowly(torch.Tensor):
+    """A tensor whose first torch operation (Mujou's copy of it) waits a while for ``updated``.
+
+    Before the timer starts no update can run, so the wait always runs to its end: a copy made
+    after the timer started would give the node's first update time to run without it.
+    """
+
+    updated: threading.Event | None = None
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: tuple[type, ...],
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        if cls.updated is not None:
+            cls.updated.wait(0.5)  # a bounded wait: it never decides the outcome by itself
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.rule("run.start")
+def test_first_update_sees_the_inputs_message_under_real_time() -> None:
+    """> the first messages of `inputs=` complete before the timer starts: under the real-time
+    timer too, a node's first update reads the message of `inputs=`, however slow its copy."""
+    node = FirstRead()
+    message = torch.tensor([3.0]).as_subclass(CopiedSlowly)
+    CopiedSlowly.updated = node.updated
+    try:
+        with mujou.run(Bag(reader=node), workers=1, inputs={node.x: message}) as run:
+            CopiedSlowly.updated = None
+            wait_event(node.updated, "the first update")
+            assert run.read(node.x).tolist() == [3.0]  # type: ignore[union-attr]
+    finally:
+        CopiedSlowly.updated = None
+    assert node.first == [3.0], "the first update ran before the inputs= message was in"
+
+
+def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException | None]]:
+    """Start ``call`` on a thread of its own; the list gets its exception (None: returned)."""
+    outcome: list[BaseException | None] = []
+
+    def body() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the test
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=body, name="test-wait-for", daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.rule("run.wait-for")
+@pytest.mark.parametrize("timer", ["virtual", "realtime"])
+def test_wait_for_that_never_matches_raises_timeout_error(timer: str) -> None:
+    """> `timeout` is in timer seconds; on timeout it raises `TimeoutError`: a wait that can
+    never match ends with it (run on a thread, so that ignoring the timeout fails, not hangs)."""
+    net = TickNet(period=0.25 if timer == "virtual" else 0.01)
+    the_timer = mujou.VirtualTimer() if timer == "virtual" else mujou.RealTimeTimer()
+    with mujou.run(net, workers=1, timer=the_timer) as run:
+        thread, outcome = in_thread(lambda: run.wait_for(net.tick.out, lambda t: False, timeout=0.5))
+        thread.join(HANG)
+        ended = not thread.is_alive()
+        if not ended:
+            run.stop()  # ends the wait (RuntimeError), so that the thread does not outlive the test
+        assert ended, "wait_for ignored its timeout"
+        assert len(outcome) == 1 and isinstance(outcome[0], TimeoutError), outcome
+        assert run.time >= 0.5
+
+
+class ScaledTicker(Node):
+    """Records the dt of its first update and signals it."""
+
+    def __init__(self, period: float, *, dedicated_thread: bool) -> None:
+        super().__init__(period=period, seed=0, dedicated_thread=dedicated_thread)
+        self.first_dt: list[float] = []
+        self.updated = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        if not self.first_dt:
+            self.first_dt.append(dt)
+            self.updated.set()
+
+
+@pytest.mark.rule("timers.realtime")
+@pytest.mark.parametrize("dedicated", [False, True], ids=["worker", "dedicated"])
+def test_scale_applies_to_the_waits_for_due_updates(dedicated: bool) -> None:
+    """> `RealTimeTimer(scale=s)` runs `s` timer seconds per real second: the scheduler waits
+    for a due update `period / s` real seconds, not `period`.
+
+    At scale 1000 a period of 2 timer seconds is 2 ms of real time. The first update's dt is
+    the timer time it started at; waiting 2 real seconds would make it 2000 or more. The bound
+    of 1000 (one real second late) holds on any machine that is not stalled."""
+    node = ScaledTicker(2.0, dedicated_thread=dedicated)
+    with mujou.run(Bag(node=node), workers=1, timer=mujou.RealTimeTimer(scale=1000.0)):
+        wait_event(node.updated, "the first update")
+    (dt,) = node.first_dt
+    assert 2.0 <= dt < 1000.0, f"the first update due at 2.0 started at {dt}: the wait was not scaled"

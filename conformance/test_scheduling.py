@@ -21,6 +21,7 @@ from itertools import accumulate, pairwise
 
 import pytest
 import torch
+from _support import Bag
 from torch import nn
 
 import mujou
@@ -612,3 +613,60 @@ def test_same_state_tree_bit_for_bit_with_1_2_and_4_workers() -> None:
         trees = deterministic_trees(workers)
         for when, (ref, tree) in zip(("t=0.3", "t=1.0"), zip(reference, trees, strict=True), strict=True):
             assert_trees_equal(tree, ref, f"workers={workers} {when}")
+
+
+# --- gaps found by mutation testing ---------------------------------------------------------
+
+
+class LateTwice(Node):
+    """On a thread of its own; its 2nd and 4th updates block until the host releases them, so
+    the updates after them (the 3rd and the 5th) start late."""
+
+    def __init__(self, period: float) -> None:
+        super().__init__(period=period, seed=0, dedicated_thread=True)
+        self.dts: list[float] = []
+        self.held = {2: threading.Event(), 4: threading.Event()}
+        self.release = {2: threading.Event(), 4: threading.Event()}
+        self.after = threading.Event()  # the 5th update ran
+
+    def on_update(self, dt: float) -> None:
+        self.dts.append(dt)
+        k = len(self.dts)
+        if k in self.held:
+            self.held[k].set()
+            self.release[k].wait(HANG)
+        elif k == 5:
+            self.after.set()
+
+
+@pytest.mark.rule("sched.skip")
+def test_skipped_counts_the_slots_of_every_late_start() -> None:
+    """> When an update starts more than a period late, the slots that have passed are skipped
+    > (counted in stats as skipped): `skipped` adds up the slots of each late start.
+
+    The node is held twice for 10 periods or more of the run's timer. After each late start,
+    every slot up to the latest start was either run or skipped, so each late start adds what
+    it skipped to what the earlier ones did."""
+    period = 0.01
+    node = LateTwice(period)
+    with mujou.run(Bag(node=node), workers=1) as run:
+        counts: list[int] = []
+        for k in (2, 4):
+            try:
+                wait_event(node.held[k], f"update {k} blocks")
+                counts.append(run.stats().nodes["node"].skipped)  # taken while it is held
+                sleep_until(run, run.time + 10 * period, period / 5)
+            finally:
+                node.release[k].set()
+        wait_event(node.after, "the update after the second late start")
+    stats = run.stats().nodes["node"]
+    dts = list(node.dts)
+    slots = slot_indices(dts, period)
+    assert stats.updates == len(dts), (stats, dts)
+    # Each of the two late starts skipped at least 8 slots (10 periods, less 2 of lateness).
+    assert counts[0] + 8 <= counts[1], (counts, dts)
+    assert counts[1] + 8 <= stats.skipped, (counts, stats, dts)
+    assert stats.updates + stats.skipped == slots[-1], (
+        f"updates {stats.updates} + skipped {stats.skipped} != slot of the latest start "
+        f"{slots[-1]} (dts {dts})"
+    )

@@ -714,3 +714,53 @@ def test_a_class_saved_from_main_matches_the_same_class_imported() -> None:
         meta["class"] = "__main__." + meta["class"].rsplit(".", 1)[1]
     with mujou.run(StatefulNet(), timer=mujou.VirtualTimer(), state=tree) as resumed:
         assert resumed.time == 0.5
+
+
+# --- gaps found by mutation testing ---------------------------------------------------------
+
+
+class Counter(Node):
+    """Sends its update count on ``y``; reads a host-fed input and the count back."""
+
+    y = Output()
+    fed = Input(optional=True)
+    back = Input(optional=True)
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=0)
+        self.count = torch.zeros(2)
+
+    def on_update(self, dt: float) -> None:
+        self.fed.read()
+        self.back.read()
+        self.count += 1
+        self.y.send(self.count)
+
+
+class CounterNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = Counter()
+        self.connect(self.c.y, self.c.back)
+
+
+@pytest.mark.rule("state.cpu-copies")
+def test_changing_the_trees_port_messages_leaves_the_run_alone() -> None:
+    """> Every tensor in the state tree is a CPU tensor that shares no memory with the running
+    > nodes: the tree's copies of the ports' latest messages (in "@mujou") included. The host
+    > changes every tensor of the tree in place; the ports and the nodes do not see it."""
+    net = CounterNet()
+    with mujou.run(net, timer=mujou.VirtualTimer()) as run:
+        run.write(net.c.fed, torch.tensor([5.0, 6.0]))
+        run.sleep(0.5)
+        tree = run.state_dict()
+        meta = tensors(tree["@mujou"])
+        assert len(meta) >= 2, "the tree holds no port message"  # c.y and c.fed at least
+        for t in tensors(tree):
+            t.add_(1000)
+        # The live messages are unchanged, and a changed one would fail their reads.
+        assert run.read(net.c.y).tolist() == [2.0, 2.0]  # type: ignore[union-attr]
+        assert run.read(net.c.fed).tolist() == [5.0, 6.0]  # type: ignore[union-attr]
+        assert net.c.count.tolist() == [2.0, 2.0]
+        run.sleep(0.5)  # the node reads both ports again
+        assert run.read(net.c.y).tolist() == [4.0, 4.0]  # type: ignore[union-attr]

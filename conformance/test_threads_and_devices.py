@@ -764,17 +764,53 @@ def test_dedicated_thread_keeps_per_thread_settings() -> None:
     assert node.seen == [(None, False)] + [(("own", k), True) for k in range(1, 4)]
 
 
-@pytest.mark.rule("threads.mujou-sets-only-cuda")
-def test_cpu_nodes_do_not_touch_cuda() -> None:
+# What of torch.cuda sets or queries CUDA state (and initializes it): a CPU net calls none of it.
+_CUDA_CALLS = (
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "stream",
+    "Stream",
+    "Event",
+    "current_device",
+    "set_device",
+    "device",
+    "synchronize",
+    "init",
+    "_lazy_init",
+)
+
+
+@pytest.mark.rule("threads.mujou-sets-only-cuda", "cuda.cpu-node-no-cuda")
+def test_cpu_nodes_do_not_touch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """> Mujou itself sets only the current CUDA device and stream, before each hook of a CUDA node,
-    > and nothing before the hooks of a CPU node."""
+    > and nothing before the hooks of a CPU node. A node on the CPU that reads no CUDA node does
+    > not touch CUDA.
+
+    The functions of torch.cuda that set, query or initialize CUDA are replaced for the run
+    (on a CPU build of torch too) by ones that record the call and raise."""
     initialized = cuda_initialized()
     src, sink = Source(), Sink()
     net = Bag(src=src, sink=sink)
     net.connect(src.y, sink.x)
+    calls: list[str] = []
+
+    def refuse(name: str) -> Callable[..., Any]:
+        def called(*args: object, **kwargs: object) -> Any:
+            calls.append(name)
+            raise RuntimeError(f"a CPU net called torch.cuda.{name}")
+
+        return called
+
+    for name in _CUDA_CALLS:
+        monkeypatch.setattr(torch.cuda, name, refuse(name))
     with mujou.run(net, timer=vt(), workers=2) as run:
         run.sleep(1.0)
         run.state_dict()
+        assert run.read(sink.x) is not None
+    monkeypatch.undo()
+    assert calls == [], f"the run of a CPU net called torch.cuda: {calls}"
+    assert sink.values == [1.0, 2.0, 3.0]
     if not initialized:
         assert not cuda_initialized()
 
@@ -1427,3 +1463,72 @@ def test_random_nets_virtual(seed: int) -> None:
     for i, (x, y) in enumerate(zip(one, many, strict=True)):
         assert x.hooks == y.hooks, (seed, i)
         assert x.seen == y.seen, (seed, i)
+
+
+# --------------------------------------------------------------------------------------------
+# Gaps found by mutation testing
+
+
+@pytest.mark.rule("threads.context")
+@pytest.mark.parametrize("dedicated", [False, True], ids=["worker", "dedicated"])
+def test_context_starts_empty_at_each_run_of_a_net(dedicated: bool) -> None:
+    """> each node runs its hooks in a `contextvars.Context` of its own, which starts empty at
+    > the start of each run: what a hook set in the first run of a net is gone in the second."""
+    node = ContextUser(dedicated_thread=dedicated)
+    net = Bag(user=node)
+    for _ in range(2):
+        with mujou.run(net, timer=vt(), workers=1) as run:
+            run.sleep(0.5)
+    assert node.at_start == [("<unset>", 0), ("<unset>", 0)], node.at_start
+    assert set(node.seen) == {"set by user"}, node.seen
+
+
+def fake_cpu_probe(monkeypatch: pytest.MonkeyPatch, *, logical: int, affinity: int, gil: bool) -> None:
+    """Make Mujou's CPU probe see ``logical`` CPUs, ``affinity`` of them allowed, no cgroup
+    quota, and the GIL ``gil``.
+
+    The default number of workers depends on the machine, so this one helper patches Mujou's
+    private probe (mujou._cpus, and the modules that imported its gil_enabled by name): the
+    only departure from the public API in this suite."""
+    from mujou import _cpus  # private: imported only where it is patched
+
+    original_gil = _cpus.gil_enabled
+    monkeypatch.setattr(os, "cpu_count", lambda: logical)
+    monkeypatch.setattr(_cpus, "affinity_cpus", lambda: set(range(affinity)))
+    monkeypatch.setattr(_cpus, "quota_cpus", lambda: None)
+    for name, module in list(sys.modules.items()):
+        ours = name == "mujou" or name.startswith("mujou.")
+        if ours and getattr(module, "gil_enabled", None) is original_gil:
+            monkeypatch.setattr(module, "gil_enabled", lambda: gil)
+
+
+@pytest.mark.rule("threads.default-workers")
+@pytest.mark.parametrize(
+    ("affinity", "gil", "nodes", "expected"),
+    [
+        (8, False, (10, 0), 8),  # the logical CPUs
+        (8, True, (10, 0), 4),  # half of them under the GIL
+        (3, False, (10, 0), 3),  # fewer: the affinity limits them
+        (3, True, (10, 0), 1),  # half of 3, rounded down
+        (1, True, (10, 0), 1),  # at least 1
+        (8, False, (2, 3), 2),  # never more than the nodes on the workers
+        (8, True, (3, 1), 3),
+        (8, False, (0, 2), 0),  # none when every node has a thread of its own
+    ],
+    ids=str,
+)
+def test_default_workers_on_a_faked_machine(
+    monkeypatch: pytest.MonkeyPatch, affinity: int, gil: bool, nodes: tuple[int, int], expected: int
+) -> None:
+    """> The default number of workers is the number of CPUs the process may use (the logical
+    > cores, or fewer when the CPU affinity or a cgroup CPU quota limits them), or half of it (at
+    > least 1) while the GIL is enabled, and never more than the nodes on the workers (none when
+    > every node has a thread of its own). On a machine of 8 CPUs, faked (see fake_cpu_probe)."""
+    fake_cpu_probe(monkeypatch, logical=8, affinity=affinity, gil=gil)
+    on_workers, dedicated = nodes
+    members: dict[str, Node | Net] = {f"w{i}": Plain(period=1.0) for i in range(on_workers)}
+    members.update({f"d{i}": Plain(period=1.0, dedicated_thread=True) for i in range(dedicated)})
+    with mujou.run(Bag(**members), timer=vt()) as run:
+        run.sleep(2.0)
+        assert run.workers == expected
+        assert len(mujou_threads("mujou-worker-")) == expected
