@@ -67,10 +67,8 @@ def build_tree(slots: Sequence[Slot], states: Sequence[Any], time: float) -> dic
             "slot": slot.slot,
             "last": slot.last,
         }
-    ports = {
-        name: None if port._latest is None else cpu_copy(port._latest)
-        for name, port in state_ports(slots).items()
-    }
+    latest = {name: port._peek() for name, port in state_ports(slots).items()}
+    ports = {name: None if message is None else cpu_copy(message) for name, message in latest.items()}
     tree[META_KEY] = {"version": FORMAT_VERSION, "time": time, "nodes": nodes, "ports": ports}
     return tree
 
