@@ -111,6 +111,11 @@ def check_tree(slots: Sequence[Slot], tree: object) -> tuple[list[str], list[Any
                 f"node {slot.name!r} is on the CPU, but its state was saved from a CUDA node; "
                 "a tree saved from CUDA nodes restores only into CUDA nodes."
             )
+        if saved.get("device") == "cpu" and slot.core.device.type == "cuda":
+            problems.append(
+                f"node {slot.name!r} is on CUDA, but its state was saved from a CPU node; "
+                "a tree saved from CPU nodes restores only into CPU nodes."
+            )
         if state is None:
             problems.append(f"node {slot.name!r} has no state entry in the tree.")
     ports = meta.get("ports", {})
