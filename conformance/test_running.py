@@ -561,6 +561,48 @@ def test_subscription_real_time_counts_every_gap_as_a_drop() -> None:
     assert gaps <= dropped, (got, dropped)
 
 
+@pytest.mark.rule("run.subscribe")
+def test_two_host_threads_subscribing_at_once_each_receive_every_message() -> None:
+    """> `run.subscribe(output, ...)` returns a Subscription that receives [...] in order, every
+    message made visible on the port after the call.
+
+    Two host threads subscribe to one port, read a few messages and close, over and over at
+    once (real-time timer): each subscription gets, without a gap, every message from the
+    first one made visible after its call, so none of them was lost by the other thread's
+    subscribe or close."""
+    rounds, taken = 40, 3
+    net = TickNet(period=0.002)
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+    with mujou.run(net, workers=1) as run:
+
+        def host() -> None:
+            try:
+                start.wait(HANG)
+                for _ in range(rounds):
+                    before = run.read(net.tick.out)
+                    with run.subscribe(net.tick.out, maxsize=1_000_000) as sub:
+                        after = run.read(net.tick.out)
+                        got = [int(sub.get(timeout=HANG)[0]) for _ in range(taken)]
+                        assert sub.dropped == 0
+                    low = 1 if before is None else int(before[0]) + 1
+                    high = 1 if after is None else int(after[0]) + 1
+                    # The first message is one made visible after the call began, and no later
+                    # than the one after the latest when the call had returned.
+                    assert low <= got[0] <= high, (before, after, got)
+                    assert got == list(range(got[0], got[0] + taken)), got
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=host) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(2 * rounds * HANG)
+            assert not thread.is_alive(), "a host thread hung"
+    assert not errors, errors
+
+
 # --- run.wait-for ---------------------------------------------------------------------------
 
 

@@ -657,6 +657,48 @@ def test_tree_for_another_net_is_refused(
         run.sleep(0.25)
 
 
+class Drawing(Node):
+    """Draws from its generator on its device at each update; logs on_start into ``log``."""
+
+    def __init__(self, device: str, log: list[str] | None = None) -> None:
+        super().__init__(period=0.25, seed=3, device=device)
+        self.last = torch.zeros(4, device=device)
+        self.log = log
+
+    def on_start(self) -> None:
+        if self.log is not None:
+            self.log.append("on_start")
+
+    def on_update(self, dt: float) -> None:
+        self.last = torch.randn(4, generator=self.generator, device=self.device)
+
+
+class OneDrawing(Net):
+    def __init__(self, device: str, log: list[str] | None = None) -> None:
+        super().__init__()
+        self.drawer = Drawing(device, log)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; CUDA is not available here")
+@pytest.mark.rule("cuda.state-restores-on-cuda-only", "state.mismatch")
+def test_a_tree_saved_from_cpu_is_refused_by_a_cuda_node() -> None:
+    """> Likewise, a tree saved from nodes on the CPU restores only into nodes on the CPU; a node
+    > on CUDA gets `ValueError`. (state.mismatch: listed in torch's format, and nothing starts.)"""
+    with mujou.run(OneDrawing("cpu"), timer=mujou.VirtualTimer()) as run:
+        run.sleep(0.5)
+        tree = run.state_dict()
+    log: list[str] = []
+    with pytest.raises(ValueError, match=r"^Error\(s\) in loading state for net") as info:
+        mujou.run(OneDrawing("cuda", log), timer=mujou.VirtualTimer(), state=tree)
+    message = str(info.value)
+    assert "node 'drawer' is on CUDA, but its state was saved from a CPU node" in message, message
+    assert log == [], "nothing starts when the tree is refused"
+    # The same tree restores into a CPU node.
+    with mujou.run(OneDrawing("cpu"), timer=mujou.VirtualTimer(), state=tree) as run:
+        run.sleep(0.25)
+
+
 # --- state.restore-after-on-start -----------------------------------------------------------
 
 

@@ -22,23 +22,28 @@ if TYPE_CHECKING:
     from ._node import Node, NodeCore
 
 Watcher = Callable[[torch.Tensor], None]
+# A published message: the tensor and its version counter when it was sent, as one reference,
+# so a reader on another thread sees both of one message, never a pair torn between two.
+Latest = tuple[torch.Tensor, int]
 _get_ident = threading.get_ident
 _Tensor = torch.Tensor
 _DEVICE = Route.DEVICE
+# Guards replacing a port's watchers (subscribe, wait_for and their ends, from any host
+# thread): adding and removing are rare, so one lock serves every port.
+_WATCHERS_LOCK = threading.Lock()
 
 
 class _Port:
     """What inputs and outputs share: a name, a node, the latest message and its watchers."""
 
-    __slots__ = ("_attr", "_core", "_latest", "_latest_version", "_node", "_watchers")
+    __slots__ = ("_attr", "_core", "_latest", "_node", "_watchers")
 
     def __init__(self) -> None:
         self._attr = ""
         self._node: Node | None = None
         self._core: NodeCore | None = None  # the node's, for the hot paths
-        self._latest: torch.Tensor | None = None
-        self._latest_version = 0  # the latest message's version counter when it was published
-        # Replaced, never mutated, so a sender can iterate it without a lock.
+        self._latest: Latest | None = None  # replaced whole by each publish, read once
+        # Replaced (under _WATCHERS_LOCK), never mutated, so a sender iterates it without a lock.
         self._watchers: tuple[Watcher, ...] = ()
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -78,8 +83,7 @@ class _Port:
 
     def _publish(self, message: torch.Tensor, version: int | None = None) -> None:
         """Make ``message`` the latest; ``version`` is its version counter when it was sent."""
-        self._latest_version = message._version if version is None else version
-        self._latest = message
+        self._latest = (message, message._version if version is None else version)
         for watcher in self._watchers:
             watcher(message)
 
@@ -89,10 +93,18 @@ class _Port:
 
     def _checked_latest(self) -> torch.Tensor | None:
         """The latest message, checked to be as it was published (ports.message-read-only)."""
-        message = self._latest
-        if message is not None and message._version != self._latest_version:
+        latest = self._latest
+        if latest is None:
+            return None
+        message, version = latest
+        if message._version != version:
             self._raise_changed()
         return message
+
+    def _peek(self) -> torch.Tensor | None:
+        """The latest message as it is now, unchecked (the state tree, run.wait_for)."""
+        latest = self._latest
+        return None if latest is None else latest[0]
 
     def _raise_changed(self) -> NoReturn:
         raise RuntimeError(
@@ -104,11 +116,13 @@ class _Port:
         )
 
     def _add_watcher(self, watcher: Watcher) -> None:
-        self._watchers = (*self._watchers, watcher)
+        with _WATCHERS_LOCK:
+            self._watchers = (*self._watchers, watcher)
 
     def _remove_watcher(self, watcher: Watcher) -> None:
-        # ==, not is: a bound method is a new object each time it is read.
-        self._watchers = tuple(w for w in self._watchers if w != watcher)
+        with _WATCHERS_LOCK:
+            # ==, not is: a bound method is a new object each time it is read.
+            self._watchers = tuple(w for w in self._watchers if w != watcher)
 
     def _check_hook_thread(self, verb: str) -> Node:
         node = self.node
@@ -185,8 +199,10 @@ class Output(_Port):
             message = value.to("cpu", copy=True)  # cuda.host-memory-route
         else:
             message = value.clone() if copy else value
-        if core.staged is None:
-            self._publish(message, message._version)
+        if core.staged is None:  # _publish, inlined: the hot path
+            self._latest = (message, message._version)
+            for watcher in self._watchers:
+                watcher(message)
         else:  # virtual timer: visible once the batch ends (visibility.virtual)
             core.staged.append((self, message, message._version))
 
@@ -238,11 +254,11 @@ class Input(_Port):
         if core is None or core.hook_thread != _get_ident():
             core = self._check_hook_thread("read")._mujou
         port = self if self._source is None else self._source
-        message = port._latest
-        if message is None:
+        latest = port._latest
+        if latest is None:
             return None
-        version = message._version
-        if version != port._latest_version:
+        message, version = latest
+        if message._version != version:
             port._raise_changed()
         if core.cpu and message.is_cpu:  # the common case, in short
             core.reads.append((self, message, version))

@@ -367,7 +367,7 @@ class Run:
             return False
 
         def latest_matches() -> bool:
-            return bool(found) or matches(source._latest)
+            return bool(found) or matches(source._peek())
 
         engine = self._engine
         engine.raise_error()

@@ -3,6 +3,16 @@
 The format is the Chrome trace event format's JSON object form
 (``{"traceEvents": [...]}``), which Perfetto UI and ``chrome://tracing`` load.
 See :ref:`observe.trace`.
+
+The slices are streamed to a temporary file beside the target while the run runs, so memory
+stays bounded however long it runs: each recording thread keeps up to :data:`CHUNK` slices of
+its own (no lock on the hook path), then hands them to a writer thread, which encodes and
+writes them. At most :data:`MAX_PENDING` chunks wait for the writer: a thread that has one
+more waits until the writer has taken one (a run faster than the file waits for it, and its
+trace stays complete). When the run ends, the rest is written, the file is completed (the
+tracks' names and the counts) and renamed to the target, so the target holds a complete trace
+or nothing. Slices are dropped (and counted) only once the file could not be written: that
+error is raised when the run ends.
 """
 
 from __future__ import annotations
@@ -12,43 +22,121 @@ import os
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-MAX_EVENTS = 2_000_000  # about 400 MB of JSON at most: past it, slices are counted, not kept
+CHUNK = 1024  # slices a recording thread keeps before it hands them to the writer
+MAX_PENDING = 64  # chunks waiting for the writer at most (with CHUNK, about 20 MB)
+
+# (node, hook, began, ended, (t, dt, lateness) or None)
+Slice = tuple[str, str, float, float, tuple[float, float, float] | None]
+
+
+class _Track:
+    """One recording thread's slices not yet handed to the writer, and its track's id."""
+
+    __slots__ = ("slices", "tid")
+
+    def __init__(self, tid: int) -> None:
+        self.tid = tid
+        self.slices: list[Slice] = []  # appended to by its thread only
 
 
 class TraceRecorder:
-    """Collects hook slices while the run runs; writes them as a trace file when it ends."""
+    """Streams hook slices to a temporary file while the run runs; completes it when it ends."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.origin = time.perf_counter()
-        # (thread name, node, hook, began, ended, (t, dt, lateness) or None); list.append is
-        # atomic, so hooks on any thread record without a lock.
-        self._slices: list[tuple[str, str, str, float, float, tuple[float, float, float] | None]] = []
-        self.dropped = 0
+        self.dropped = 0  # slices counted, not written (under _lock)
+        self._local = threading.local()  # .track: the calling thread's _Track
+        self._lock = threading.Lock()
+        self._handed = threading.Condition(self._lock)  # the writer waits here for chunks
+        self._room = threading.Condition(self._lock)  # recording threads wait here for room
+        self._tids: dict[str, int] = {}  # each track's id, by thread name
+        self._tracks: list[_Track] = []
+        self._pending: deque[tuple[int, list[Slice]]] = deque()  # (tid, slices) to write
+        self._closing = False
+        self._writer: threading.Thread | None = None
+        # The writer's (or, at the end, write()'s) alone:
+        self._file: TextIO | None = None
+        self._temporary: Path | None = None
+        self._written = 0  # events in the file
+        self._error: Exception | None = None  # the file could not be written
 
     def record(
         self, node: str, hook: str, began: float, ended: float, update: tuple[float, float, float] | None
     ) -> None:
         """Record one hook call that ran on the calling thread from ``began`` to ``ended``."""
-        if len(self._slices) >= MAX_EVENTS:
-            self.dropped += 1
-            return
-        self._slices.append((threading.current_thread().name, node, hook, began, ended, update))
+        try:
+            track: _Track = self._local.track
+        except AttributeError:
+            track = self._register()
+        slices = track.slices
+        slices.append((node, hook, began, ended, update))
+        if len(slices) >= CHUNK:
+            self._hand_over(track)
 
-    def events(self) -> list[dict[str, Any]]:
-        """The trace events: thread names, then one complete event per hook call."""
-        tids: dict[str, int] = {}
-        slices = []
-        for thread, node, hook, began, ended, update in self._slices:
-            tid = tids.setdefault(thread, len(tids) + 1)
+    def _register(self) -> _Track:
+        name = threading.current_thread().name
+        with self._lock:
+            track = _Track(self._tids.setdefault(name, len(self._tids) + 1))
+            self._tracks.append(track)
+        self._local.track = track
+        return track
+
+    def _hand_over(self, track: _Track) -> None:
+        """Give the writer the calling thread's slices, once it has room for them."""
+        slices = track.slices
+        track.slices = []
+        with self._lock:
+            while len(self._pending) >= MAX_PENDING and self._error is None and not self._closing:
+                self._room.wait()
+            if self._closing or self._error is not None:
+                self.dropped += len(slices)
+                return
+            self._pending.append((track.tid, slices))
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_pending, name="mujou-trace", daemon=True)
+                self._writer.start()
+            else:
+                self._handed.notify()
+
+    def _write_pending(self) -> None:
+        """Write the chunks handed over, as they come, until write() has closed the recorder."""
+        while True:
+            with self._lock:
+                while not self._pending and not self._closing:
+                    self._handed.wait()
+                if not self._pending:
+                    return
+                tid, slices = self._pending.popleft()
+                self._room.notify()
+            self._write_chunk(tid, slices)
+
+    def _write_chunk(self, tid: int, slices: list[Slice]) -> None:
+        if self._error is None:
+            try:
+                self._append(self._events(tid, slices))
+                return
+            except Exception as exc:  # raised by write(), at the run's end
+                with self._lock:
+                    self._error = exc
+                    self._room.notify_all()
+        with self._lock:
+            self.dropped += len(slices)
+
+    def _events(self, tid: int, slices: list[Slice]) -> list[dict[str, Any]]:
+        """One complete event per hook call."""
+        origin = self.origin
+        events: list[dict[str, Any]] = []
+        for node, hook, began, ended, update in slices:
             event: dict[str, Any] = {
                 "name": node,
                 "cat": hook,
                 "ph": "X",
-                "ts": round((began - self.origin) * 1e6, 3),
+                "ts": round((began - origin) * 1e6, 3),
                 "dur": round((ended - began) * 1e6, 3),
                 "pid": 1,
                 "tid": tid,
@@ -56,29 +144,60 @@ class TraceRecorder:
             if update is not None:
                 t, dt, lateness = update
                 event["args"] = {"t": t, "dt": dt, "lateness": lateness}
-            slices.append(event)
-        names: list[dict[str, Any]] = [
-            {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "mujou run"}}
-        ]
-        names += [
-            {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": thread}}
-            for thread, tid in tids.items()
-        ]
-        return names + slices
+            events.append(event)
+        return events
+
+    def _append(self, events: list[dict[str, Any]]) -> None:
+        """Append ``events`` to the array of the temporary file (opened on first use)."""
+        file = self._file
+        if file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+            self._temporary = Path(temporary)
+            file = self._file = os.fdopen(handle, "w", encoding="utf-8", buffering=1 << 16)
+            file.write('{"traceEvents": [')
+        if events:
+            text = json.dumps(events)[1:-1]
+            file.write(text if self._written == 0 else ", " + text)
+            self._written += len(events)
 
     def write(self) -> None:
-        """Write the trace file atomically (a complete file, or none)."""
-        document = {
-            "traceEvents": self.events(),
-            "displayTimeUnit": "ms",
-            "otherData": {"producer": "mujou", "dropped_slices": self.dropped},
-        }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        """Complete the trace file and put it at the path (a complete file, or none).
+
+        Called once, when the run has ended and no hook runs any more.
+        """
+        with self._lock:
+            self._closing = True
+            for track in self._tracks:  # what the threads kept: at most CHUNK each
+                if track.slices:
+                    self._pending.append((track.tid, track.slices))
+                    track.slices = []
+            writer = self._writer
+            self._handed.notify()
+        if writer is not None:
+            writer.join()
+        else:
+            self._write_pending()  # nothing was handed over while the run ran: write it here
         try:
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                json.dump(document, file)
+            if self._error is not None:
+                raise self._error
+            names: list[dict[str, Any]] = [
+                {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "mujou run"}}
+            ]
+            names += [
+                {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": thread}}
+                for thread, tid in self._tids.items()
+            ]
+            self._append(names)
+            file, temporary = self._file, self._temporary
+            assert file is not None and temporary is not None
+            other = {"producer": "mujou", "dropped_slices": self.dropped}
+            file.write(f'], "displayTimeUnit": "ms", "otherData": {json.dumps(other)}}}')
+            file.close()
             os.replace(temporary, self.path)
         except BaseException:
-            Path(temporary).unlink(missing_ok=True)
+            if self._file is not None:
+                self._file.close()
+            if self._temporary is not None:
+                self._temporary.unlink(missing_ok=True)
             raise

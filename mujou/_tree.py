@@ -69,10 +69,8 @@ def build_tree(slots: Sequence[Slot], states: Sequence[Any], time: float) -> dic
             "slot": slot.slot,
             "last": slot.last,
         }
-    ports = {
-        name: None if port._latest is None else cpu_copy(port._latest)
-        for name, port in state_ports(slots).items()
-    }
+    latest = {name: port._peek() for name, port in state_ports(slots).items()}
+    ports = {name: None if message is None else cpu_copy(message) for name, message in latest.items()}
     tree[META_KEY] = {"version": FORMAT_VERSION, "time": time, "nodes": nodes, "ports": ports}
     return tree
 
@@ -114,6 +112,11 @@ def check_tree(slots: Sequence[Slot], tree: object) -> tuple[list[str], list[Any
             problems.append(
                 f"node {slot.name!r} is on the CPU, but its state was saved from a CUDA node; "
                 "a tree saved from CUDA nodes restores only into CUDA nodes."
+            )
+        if saved.get("device") == "cpu" and slot.core.device.type == "cuda":
+            problems.append(
+                f"node {slot.name!r} is on CUDA, but its state was saved from a CPU node; "
+                "a tree saved from CPU nodes restores only into CPU nodes."
             )
         if state is None:
             problems.append(f"node {slot.name!r} has no state entry in the tree.")
