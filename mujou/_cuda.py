@@ -15,6 +15,7 @@ from ._routing import STREAMS_PER_DEVICE, Plan, StreamId
 
 _pool_lock = threading.Lock()
 _pools: dict[int, list[torch.cuda.Stream]] = {}  # the process's pools: 32 streams per device
+NODE_PRIORITY = -1  # high: a pool of its own, apart from the host's default-priority streams
 _MAKE_ATTEMPTS = 8 * STREAMS_PER_DEVICE  # torch hands its streams out in turn: enough to see all
 
 
@@ -23,8 +24,9 @@ def pool_stream(stream_id: StreamId) -> torch.cuda.Stream:
 
     The pool is made whole on the device's first use: 32 distinct streams, so two pool
     indices never share a stream, whatever other code takes streams meanwhile. torch has 32
-    streams of each priority per device and hands them out in turn, so streams a user makes
-    with ``torch.cuda.Stream()`` are among them.
+    streams of each priority per device and hands them out in turn; the pool takes the
+    high-priority ones, so the streams the host makes with ``torch.cuda.Stream()`` (default
+    priority) are never a node's.
     """
     with _pool_lock:
         pool = _pools.get(stream_id.device)
@@ -32,7 +34,7 @@ def pool_stream(stream_id: StreamId) -> torch.cuda.Stream:
             pool, seen = [], set()
             for _ in range(_MAKE_ATTEMPTS):
                 # torch.cuda.Stream.__new__ carries no annotations.
-                made = torch.cuda.Stream(device=stream_id.device)  # type: ignore[no-untyped-call]
+                made = torch.cuda.Stream(device=stream_id.device, priority=NODE_PRIORITY)  # type: ignore[no-untyped-call]
                 if made.cuda_stream not in seen:
                     seen.add(made.cuda_stream)
                     pool.append(made)

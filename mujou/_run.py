@@ -329,7 +329,9 @@ class Run:
         self._live("subscribe")
         if isinstance(checked, Input) and checked.source is not None:
             checked = checked.source
-        subscription = Subscription._open(checked, maxsize, self._subscriptions.remove)
+        subscription = Subscription._open(
+            checked, maxsize, self._subscriptions.remove, self._engine.raise_error, self._engine.virtual
+        )
         self._subscriptions.append(subscription)
         return subscription
 

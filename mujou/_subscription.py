@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import final
@@ -11,6 +12,8 @@ from typing import final
 import torch
 
 from ._ports import _Port
+
+_POLL = 0.1  # real seconds: the longest get() sleeps before it looks again
 
 
 @final
@@ -29,13 +32,24 @@ class Subscription:
     _closed: bool
     _ended: bool
     _on_close: Callable[[Subscription], None]
+    _raise_error: Callable[[], None]
+    _virtual: bool
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("mujou.Subscription has no public constructor; use run.subscribe(port)")
 
     @classmethod
-    def _open(cls, port: _Port, maxsize: int, on_close: Callable[[Subscription], None]) -> Subscription:
+    def _open(
+        cls,
+        port: _Port,
+        maxsize: int,
+        on_close: Callable[[Subscription], None],
+        raise_error: Callable[[], None],
+        virtual: bool,
+    ) -> Subscription:
         self = cls.__new__(cls)
+        self._raise_error = raise_error  # raises the run's error, if a hook failed
+        self._virtual = virtual
         self._port = port
         self._cond = threading.Condition()
         self._buffer = deque()
@@ -76,21 +90,35 @@ class Subscription:
     def get(self, timeout: float | None = None) -> torch.Tensor:
         """The oldest waiting message; waits up to ``timeout`` real seconds for one.
 
-        Under the virtual timer nothing arrives while the host waits here: use :meth:`drain`
-        after ``run.sleep``.
+        Under the virtual timer nothing arrives while the host waits here, so with no message
+        waiting ``get`` raises at once: advance the time with ``run.sleep`` (or wait with
+        ``run.wait_for``) first, then ``drain`` or ``get``.
 
         Raises:
             queue.Empty: no message came within ``timeout``.
-            RuntimeError: the subscription is closed, or the run ended with none left.
+            HookError: a hook failed and no message is left.
+            RuntimeError: the subscription is closed, the run ended with none left, or the
+                run is under the virtual timer and none is waiting.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._buffer:
                 if self._closed:
                     raise RuntimeError("the subscription is closed")
+                self._raise_error()
                 if self._ended:
                     raise RuntimeError("the run has ended and no message is left")
-                if not self._cond.wait(timeout):
+                if self._virtual:
+                    raise RuntimeError(
+                        "Subscription.get(): no message is waiting, and under the virtual timer "
+                        "none arrives while the host waits here; advance the time with "
+                        "run.sleep() (or wait with run.wait_for()) first, then drain() or get()"
+                    )
+                # In slices, so that a KeyboardInterrupt of the host is seen (run.interrupt).
+                left = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
+                if left <= 0:
                     raise queue.Empty
+                self._cond.wait(left)
             message = self._buffer.popleft()
         return message.to("cpu", copy=True)
 

@@ -9,15 +9,14 @@ into a real CUDA node (conformance/test_state.py) runs where CUDA is.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
 
 import mujou
 from mujou import Net, Node
+from mujou._engine._slot import Slot
 from mujou._tree import check_tree
-from mujou._workers import Slot
 
 
 class Drawing(Node):
@@ -44,7 +43,7 @@ def slot_on(device: torch.device) -> Slot:
     """The slot of node ``drawer`` of a fresh net, its node marked as on ``device``."""
     node = One().drawer
     node._mujou.device = device
-    return Slot(node, node._mujou, 0, threading.Lock())
+    return Slot(node, node._mujou, 0)
 
 
 def test_a_tree_from_cpu_nodes_does_not_fit_a_cuda_node() -> None:
