@@ -501,7 +501,7 @@ def test_subscription_get_under_the_virtual_timer_does_not_wait() -> None:
             error = Host(get, "subscription.get()").outcome()
             assert type(error) is RuntimeError, repr(error)
             assert "drain" in str(error) or "wait_for" in str(error), str(error)
-        run.sleep(0.02)
+        run.sleep(0.025)  # two updates, at 0.01 and 0.02
         assert subscription.get().tolist() == [1.0]
         assert subscription.get(timeout=5.0).tolist() == [2.0]
 
