@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
 import threading
-from collections.abc import Callable
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from types import FrameType
 
 import pytest
 
@@ -11,6 +17,56 @@ import mujou
 from mujou import Net, Node
 
 HANG_GUARD = 30.0  # seconds; only ever reached when something hangs
+# The whole test's guard (conftest.py): longer than HANG_GUARD, so a guarded wait fails first,
+# with its own message; this one catches the waits nobody guarded.
+TEST_HANG_GUARD = 60.0
+assert TEST_HANG_GUARD > HANG_GUARD
+
+
+class HangError(Exception):
+    """A test ran past its hang guard: something it waited for never came."""
+
+
+def dump_all_stacks() -> None:
+    """Print the stack of every live thread to stderr, each under its name."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    chunks = []
+    for ident, frame in sys._current_frames().items():
+        stack = "".join(traceback.format_stack(frame))
+        chunks.append(f"--- thread {names.get(ident, '?')!r} (ident {ident}):\n{stack}")
+    print("\n".join(chunks), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: float) -> Iterator[None]:
+    """Raise HangError in the main thread, after printing every thread's stack, if the block
+    lasts more than ``seconds``.
+
+    SIGALRM interrupts the main thread's waits (lock and event waits included, on POSIX).
+    Where there is no SIGALRM (Windows), or off the main thread, this does nothing. Nested
+    guards work: leaving the inner one re-arms the outer one for the time it has left.
+    """
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        dump_all_stacks()
+        raise HangError(
+            f"hang guard: the test still ran after {seconds} s; the stacks of all threads are "
+            "in its captured stderr (a run it started may have left daemon threads behind)"
+        )
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer > 0:  # an outer guard was armed: it gets the time it has left (at least a tick)
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - began), 0.001))
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:

@@ -3,6 +3,9 @@
 The suite runs under ``pytest -n auto`` on small machines, so every run keeps torch to one
 intra-op thread (a process-wide setting the host makes, as the spec asks), and the
 oversubscription warning is silenced (``pytest.warns`` in the tests that check it still sees it).
+
+Every test is also guarded against hangs: one that runs past ``TEST_HANG_GUARD`` seconds fails
+with ``HangError``, with the stacks of all threads in its captured stderr, and pytest goes on.
 """
 
 from __future__ import annotations
@@ -12,8 +15,15 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from _support import TEST_HANG_GUARD, hang_guard
 
 import mujou
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard() -> Iterator[None]:
+    with hang_guard(TEST_HANG_GUARD):
+        yield
 
 
 @pytest.fixture(autouse=True)
