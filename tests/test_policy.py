@@ -20,7 +20,9 @@ from typing import Any, cast
 import pytest
 import torch
 
-from mujou._engine._policy import EXIT, HOLD_BACK, JOB, PARK, RUN, SLEEP, SPIN, WATCH, Batch, Policy
+from mujou._engine._batches import EXIT, HOLD_BACK, JOB, PARK, RUN, SLEEP, SPIN, WATCH, Batch
+from mujou._engine._invariant import check
+from mujou._engine._policy import Policy
 from mujou._engine._slot import START, STATE, Job, Slot, begin_update
 
 STEPS = 3000  # steps of one random run before the stop
@@ -98,7 +100,7 @@ class World:
 
     def check(self) -> None:
         current = [(self._holder(t), t.current) for t in self.threads if t.current >= 0]
-        problems = self.policy.check(current)
+        problems = check(self.policy, current)
         assert not problems, (self.steps, problems)
         self.check_live()
 
@@ -412,6 +414,6 @@ def test_a_pause_puts_back_a_held_batch(workers: int) -> None:
     policy.pause()
     kind, _ = policy.next_for_worker(0, slots[0].last + 0.0002, 0.0)
     assert kind == PARK and not batch.held and policy.busy == 0
-    assert policy.check() == []
+    assert check(policy) == []
     jobs = policy.take_states()
     assert [job.kind for _, job in jobs] == [STATE]

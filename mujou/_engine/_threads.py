@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._policy import EXIT, JOB, PARK, RUN, SPIN, WATCH, Batch
+from ._batches import EXIT, JOB, PARK, RUN, SPIN, WATCH, Batch
 from ._slot import HOOK_OF_JOB, RESTORE, START, STATE, Job, Slot, begin_update
 
 if TYPE_CHECKING:
