@@ -20,7 +20,7 @@ import torch
 from ._cpus import default_workers, gil_enabled, physical_cores, usable_cpus
 from ._cuda import host_to_node
 from ._engine import Engine, in_hook_thread
-from ._engine._lifecycle import check_schedule
+from ._engine._restore import check_schedule
 from ._errors import HookError, OversubscriptionWarning
 from ._net import Net
 from ._node import Node

@@ -69,6 +69,8 @@ class World:
         self.threads += [Thread(f"d{slot.index}", slot=slot) for slot in self.policy.dedicated]
         self.parked_workers: list[Thread] = []  # the order workers parked in, the latest last
         self.fail_rate = self.rng.choice([0.0, 0.0, 0.01])
+        self.crash_rate = self.rng.choice([0.0, 0.0, 0.002])  # Mujou's own code raising on a thread
+        self.crashed: set[str] = set()
         self.started = False
         self.collecting = False
         self.steps = 0
@@ -141,7 +143,9 @@ class World:
 
     def step(self, thread: Thread) -> None:
         self.steps += 1
-        if thread.name == "state":
+        if thread.name != "state" and self.rng.random() < self.crash_rate:
+            self._crash(thread)
+        elif thread.name == "state":
             self._state_step(thread)
         elif thread.slot is not None:
             self._dedicated_step(thread)
@@ -150,6 +154,17 @@ class World:
         if self.policy.wake:
             self.deliver()
         self.check()
+
+    def _crash(self, thread: Thread) -> None:
+        """An internal error on ``thread``: it goes on after the first, exits after the second."""
+        exits = thread.name in self.crashed
+        self.crashed.add(thread.name)
+        if self.policy.thread_crashed(self._holder(thread), RuntimeError("internal"), exits=exits):
+            self.ended = True
+        thread.batch, thread.current, thread.job = None, -1, None
+        if thread in self.parked_workers:
+            self.parked_workers.remove(thread)
+        thread.state, thread.deadline, thread.wakeable = ("exited" if exits else "ready"), math.inf, True
 
     def _sleep(self, thread: Thread, kind: int, arg: Any) -> None:
         if kind == PARK:
@@ -323,6 +338,7 @@ class World:
         self._drive(lambda: self.ended)
         for slot in self.slots:
             assert slot.stopped or not slot.started, f"{slot.name} started and was not stopped"
+        assert policy.pending == 0 and policy.busy == 0 and policy.worker_stops == 0
 
     def _drive(self, done: Any, events: bool = False) -> None:
         for _ in range(20 * STEPS):

@@ -25,31 +25,27 @@ Guarantees:
 
 from __future__ import annotations
 
-import atexit
 import contextvars
 import math
-import sys
 import threading
 import time
-import traceback
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from .._cpus import gil_enabled
-from .._cuda import NodeStreams, host_to_node
+from .._cuda import NodeStreams
 from .._errors import HookError, MujouInternalError
 from .._ports import Input, Output
-from .._routing import OutputSpec, Route, plan_routes
-from .._schedule import first_slot_at_or_after
+from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
 from .._trace import TraceRecorder
-from .._tree import state_ports
 from ._clock import VirtualClock, make_clock
+from ._exit import live
 from ._hooks import Hooks, HookThread
 from ._policy import Policy
+from ._restore import restore_schedule
 from ._slot import RESTORE, START, Job, Slot
 from ._threads import Parking, dedicated_main, guarded, state_main, worker_main
 
@@ -58,10 +54,8 @@ if TYPE_CHECKING:
     from .._ports import _Port
 
 HOST_POLL = 0.1  # real seconds: the longest a host wait sleeps before it looks again
-EXIT_GRACE = 10.0  # real seconds a run is given to stop at interpreter exit
 _T = TypeVar("_T")
 _claims = threading.Lock()  # taken to claim a net's nodes for a run
-_live: weakref.WeakSet[Engine] = weakref.WeakSet()  # runs not ended, stopped at exit
 
 
 class Engine:
@@ -165,7 +159,7 @@ class Engine:
             for port in core.ports.values():
                 if isinstance(port, Output):
                     port._route = plan.routes[port.name]
-        _live.add(self)
+        live.add(self)
         for thread in self._threads:
             thread.start()
         self._run_jobs([(slot, Job(START)) for slot in self.slots])
@@ -187,34 +181,8 @@ class Engine:
             self._host_wait(lambda: self.policy.pending == 0)
 
     def restore_schedule(self, meta: Mapping[str, Any]) -> None:
-        """Set the timer time, the schedules and the latest messages of a checked tree's ``"@mujou"``.
-
-        Under the virtual timer a node due before the restored time (a tree taken under the
-        real-time timer) is due at its first slot at or after it: no update is late there.
-        """
-        time_ = float(meta["time"])
-        self.clock.set_origin(time_)
-        saved_nodes: Mapping[str, Any] = meta["nodes"]
-        for slot in self.slots:
-            saved = saved_nodes[slot.name]
-            if float(saved["period"]) == slot.period:
-                slot.slot = int(saved["slot"])
-            else:
-                slot.slot = first_slot_at_or_after(time_, slot.period)
-            if self.virtual and slot.slot * slot.period < time_:
-                slot.slot = first_slot_at_or_after(time_, slot.period)
-            slot.last = float(saved["last"])
-        ports = state_ports(self.slots)
-        for name, message in meta.get("ports", {}).items():
-            port = ports.get(name)
-            if port is None or message is None:
-                continue
-            if isinstance(port, Input) or (
-                isinstance(port, Output) and port._route is Route.DEVICE
-            ):  # fed by the host: where run.write would put it
-                port._publish(host_to_node(message, port.node.device))
-            else:
-                port._publish(message.to("cpu", copy=True))
+        """Set the timer time, the schedules and the latest messages of a checked tree."""
+        restore_schedule(self.slots, self.clock, meta)
 
     def go(self) -> None:
         """Start the timer: updates begin."""
@@ -279,15 +247,15 @@ class Engine:
         error.__cause__ = exc
         self.policy.fail(slot, error)
 
-    def crashed(self, holder: int, exc: BaseException) -> None:
-        """Thread ``holder`` died of ``exc`` in Mujou's code: stop the run, count the exit."""
+    def crashed(self, holder: int, exc: BaseException, *, exits: bool) -> None:
+        """Thread ``holder`` hit ``exc`` in Mujou's code: stop the run; count the exit if it ``exits``."""
         error = MujouInternalError(
             f"internal error in Mujou ({type(exc).__name__} on thread {threading.current_thread().name}); "
             "the run stopped: please report it with the traceback of the cause"
         )
         error.__cause__ = exc
         with self.lock:
-            if self.policy.thread_crashed(holder, error):
+            if self.policy.thread_crashed(holder, error, exits=exits):
                 self._end()
             self.deliver()
 
@@ -447,7 +415,7 @@ class Engine:
         try:
             with self.lock:
                 self._host_wait(lambda: policy.pending == 0)
-            if any(job.error is not None for _, job in jobs):
+            if any(job.error is not None for _, job in jobs) or isinstance(self.error, MujouInternalError):
                 self.raise_error()
             return build(now, [job.result for _, job in jobs])
         finally:
@@ -529,72 +497,3 @@ class Engine:
 def _stopping(policy: Policy) -> bool:
     """``policy.stopping``, read again (a host wait released the lock since the last read)."""
     return policy.stopping
-
-
-MAX_SLOTS = 2**52  # slot numbers up to here are exact in a float's mantissa: due times stay exact
-
-
-def check_schedule(slots: Sequence[Slot], meta: Mapping[str, Any]) -> list[str]:
-    """The problems of a tree's ``"@mujou"`` time and schedules, all of them (state.mismatch).
-
-    Checked before anything starts: a restore then cannot fail half-way, hang on a time the
-    slot arithmetic cannot reach, or hand ``on_update`` a ``dt`` that is not a positive time.
-    """
-    problems: list[str] = []
-    time_ = meta.get("time")
-    if isinstance(time_, bool) or not isinstance(time_, int | float):
-        return [f"the tree's {'@mujou'!r} time must be a number of seconds, got {time_!r}."]
-    time_ = float(time_)
-    if not (math.isfinite(time_) and time_ >= 0.0):
-        return [f"the tree's {'@mujou'!r} time must be a finite number of seconds >= 0, got {time_!r}."]
-    saved_nodes: Mapping[str, Any] = meta["nodes"]
-    for slot in slots:
-        saved = saved_nodes.get(slot.name)
-        if not isinstance(saved, Mapping):
-            problems.append(f"node {slot.name!r} has no schedule in the tree's {'@mujou'!r} entry.")
-            continue
-        period, number, last = saved.get("period"), saved.get("slot"), saved.get("last")
-        where = f"node {slot.name!r}'s saved"
-        if (
-            isinstance(period, bool)
-            or not isinstance(period, int | float)
-            or not (math.isfinite(period) and period > 0)
-        ):
-            problems.append(f"{where} period must be a finite number of seconds > 0, got {period!r}.")
-        elif time_ / min(float(period), slot.period) >= MAX_SLOTS:
-            problems.append(
-                f"the tree's time {time_!r} is too far on for node {slot.name!r}'s period: "
-                f"at most {MAX_SLOTS} periods are allowed."
-            )
-        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_SLOTS:
-            problems.append(f"{where} slot must be an int in [1, 2**52], got {number!r}.")
-        if isinstance(last, bool) or not isinstance(last, int | float) or not (0.0 <= float(last) <= time_):
-            problems.append(
-                f"{where} last update time must be a number in [0, the tree's time {time_!r}], got {last!r}."
-            )
-    return problems
-
-
-@atexit.register
-def _stop_live_runs() -> None:
-    """At interpreter exit: stop every run the program left running, report unheard errors."""
-    for engine in list(_live):
-        if not engine.ended:
-            stopper = threading.Thread(target=_stop_quietly, args=(engine,), daemon=True)
-            stopper.start()
-            stopper.join(EXIT_GRACE)
-        error = engine.error
-        if error is not None and not engine.error_reported:
-            engine.error_reported = True
-            print(
-                "mujou: a run ended with an error that no call on the run reported:",
-                file=sys.stderr,
-            )
-            traceback.print_exception(error, file=sys.stderr)
-
-
-def _stop_quietly(engine: Engine) -> None:
-    try:
-        engine.stop()
-    except BaseException as exc:  # at exit: say it, do not raise it
-        print(f"mujou: stopping a run at exit failed: {exc!r}", file=sys.stderr)

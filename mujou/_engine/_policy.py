@@ -359,26 +359,35 @@ class Policy(Workers):
         self.alive -= 1
         return self.alive == 0
 
-    def thread_crashed(self, holder: int, error: BaseException) -> bool:
-        """Thread ``holder`` died of ``error`` (an internal error): forget what it held, stop.
+    def thread_crashed(self, holder: int, error: BaseException, *, exits: bool) -> bool:
+        """Thread ``holder`` hit ``error`` (an internal error): forget what it held, and stop.
 
-        The nodes it held get no more hooks, on_stop included: their state is unknown.
-        Returns whether it was the last thread.
+        The nodes it held get no more hooks, on_stop included: their state is unknown. When it
+        ``exits`` (else it goes on, to run the other nodes' stop jobs), returns whether it was
+        the last thread.
         """
         if self.error is None:
             self.error = error
         running = self.running_job.pop(holder, None)
+        waiting: set[int] = set()  # held in its batch, not in a hook: these get their on_stop
         if 0 < holder <= self.workers:
             batch = self.batch[holder - 1]
+            waiting = set(batch.todo) | {slot.index for slot in batch.ran}
             if batch.shared:
                 self.shared.remove(batch)
                 batch.shared = False
             batch.todo, batch.ran, batch.held = [], [], False
-            self.workers_alive -= 1
+            if exits:
+                self.workers_alive -= 1
+        freed: list[Slot] = []
         for slot in self.slots:
             if self.holder[slot.index] != holder:
                 continue
             self.holder[slot.index] = FREE
+            if slot.index in waiting:
+                self.busy -= 1
+                freed.append(slot)
+                continue
             slot.stopped = True
             if running is not None and slot is running[0]:
                 self._forget_job(slot, running[1])
@@ -394,8 +403,10 @@ class Policy(Workers):
             self.jobs.clear()
         self._update_paused()
         self.begin_stop()
+        for slot in freed:
+            self._queue_stop(slot)
         self._wake_everyone()
-        return self.thread_exited()
+        return self.thread_exited() if exits else False
 
     def _forget_job(self, slot: Slot, job: Job) -> None:
         """A job that will never run: nobody waits for it."""

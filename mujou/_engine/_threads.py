@@ -97,11 +97,22 @@ class Parking:
 
 
 def guarded(engine: Engine, holder: int, body: Callable[..., None], *args: Any) -> None:
-    """Run a thread's ``body``; an exception in it stops the run with MujouInternalError."""
+    """Run a thread's ``body``; an exception in it stops the run with MujouInternalError.
+
+    After a first one the thread goes on, without the nodes it held, to run the other
+    nodes' stop jobs; after a second it exits. The state thread exits at once.
+    """
+    again = body is not state_main
     try:
         body(engine, *args)
     except BaseException as exc:
-        engine.crashed(holder, exc)
+        engine.crashed(holder, exc, exits=not again)
+        if not again:
+            return
+        try:
+            body(engine, *args)
+        except BaseException as second:
+            engine.crashed(holder, second, exits=True)
 
 
 def worker_main(engine: Engine, w: int) -> None:

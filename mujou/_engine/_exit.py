@@ -1,0 +1,44 @@
+"""Runs the program left running: stopped at interpreter exit, their unheard errors printed.
+
+See run.exit-stops.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import traceback
+import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._lifecycle import Engine
+
+EXIT_GRACE = 10.0  # real seconds a run is given to stop at interpreter exit
+live: weakref.WeakSet[Engine] = weakref.WeakSet()  # runs started, stopped at exit if not ended
+
+
+@atexit.register
+def _stop_live_runs() -> None:
+    """At interpreter exit: stop every run the program left running, report unheard errors."""
+    for engine in list(live):
+        if not engine.ended:
+            stopper = threading.Thread(target=_stop_quietly, args=(engine,), daemon=True)
+            stopper.start()
+            stopper.join(EXIT_GRACE)
+        error = engine.error
+        if error is not None and not engine.error_reported:
+            engine.error_reported = True
+            print(
+                "mujou: a run ended with an error that no call on the run reported:",
+                file=sys.stderr,
+            )
+            traceback.print_exception(error, file=sys.stderr)
+
+
+def _stop_quietly(engine: Engine) -> None:
+    try:
+        engine.stop()
+    except BaseException as exc:  # at exit: say it, do not raise it
+        print(f"mujou: stopping a run at exit failed: {exc!r}", file=sys.stderr)

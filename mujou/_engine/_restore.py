@@ -1,0 +1,92 @@
+"""Resuming from a state tree: checking its ``"@mujou"`` time and schedules, and restoring them.
+
+See state.resume and state.mismatch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._cuda import host_to_node
+from .._ports import Input, Output
+from .._routing import Route
+from .._schedule import first_slot_at_or_after
+from .._tree import state_ports
+from ._clock import RealClock, VirtualClock
+from ._slot import Slot
+
+MAX_SLOTS = 2**52  # slot numbers up to here are exact in a float's mantissa: due times stay exact
+
+
+def check_schedule(slots: Sequence[Slot], meta: Mapping[str, Any]) -> list[str]:
+    """The problems of a tree's ``"@mujou"`` time and schedules, all of them (state.mismatch).
+
+    Checked before anything starts: a restore then cannot fail half-way, hang on a time the
+    slot arithmetic cannot reach, or hand ``on_update`` a ``dt`` that is not a positive time.
+    """
+    problems: list[str] = []
+    time_ = meta.get("time")
+    if isinstance(time_, bool) or not isinstance(time_, int | float):
+        return [f"the tree's {'@mujou'!r} time must be a number of seconds, got {time_!r}."]
+    time_ = float(time_)
+    if not (math.isfinite(time_) and time_ >= 0.0):
+        return [f"the tree's {'@mujou'!r} time must be a finite number of seconds >= 0, got {time_!r}."]
+    saved_nodes: Mapping[str, Any] = meta["nodes"]
+    for slot in slots:
+        saved = saved_nodes.get(slot.name)
+        if not isinstance(saved, Mapping):
+            problems.append(f"node {slot.name!r} has no schedule in the tree's {'@mujou'!r} entry.")
+            continue
+        period, number, last = saved.get("period"), saved.get("slot"), saved.get("last")
+        where = f"node {slot.name!r}'s saved"
+        if (
+            isinstance(period, bool)
+            or not isinstance(period, int | float)
+            or not (math.isfinite(period) and period > 0)
+        ):
+            problems.append(f"{where} period must be a finite number of seconds > 0, got {period!r}.")
+        elif time_ / min(float(period), slot.period) >= MAX_SLOTS:
+            problems.append(
+                f"the tree's time {time_!r} is too far on for node {slot.name!r}'s period: "
+                f"at most {MAX_SLOTS} periods are allowed."
+            )
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_SLOTS:
+            problems.append(f"{where} slot must be an int in [1, 2**52], got {number!r}.")
+        if isinstance(last, bool) or not isinstance(last, int | float) or not (0.0 <= float(last) <= time_):
+            problems.append(
+                f"{where} last update time must be a number in [0, the tree's time {time_!r}], got {last!r}."
+            )
+    return problems
+
+
+def restore_schedule(slots: Sequence[Slot], clock: RealClock | VirtualClock, meta: Mapping[str, Any]) -> None:
+    """Set the timer time, the schedules and the latest messages of a checked tree's ``"@mujou"``.
+
+    Under the virtual timer a node due before the restored time (a tree taken under the
+    real-time timer) is due at its first slot at or after it: no update is late there.
+    """
+    time_ = float(meta["time"])
+    clock.set_origin(time_)
+    saved_nodes: Mapping[str, Any] = meta["nodes"]
+    for slot in slots:
+        saved = saved_nodes[slot.name]
+        if float(saved["period"]) == slot.period:
+            slot.slot = int(saved["slot"])
+        else:
+            slot.slot = first_slot_at_or_after(time_, slot.period)
+        if clock.virtual and slot.slot * slot.period < time_:
+            slot.slot = first_slot_at_or_after(time_, slot.period)
+        slot.last = float(saved["last"])
+    ports = state_ports(slots)
+    for name, message in meta.get("ports", {}).items():
+        port = ports.get(name)
+        if port is None or message is None:
+            continue
+        if isinstance(port, Input) or (
+            isinstance(port, Output) and port._route is Route.DEVICE
+        ):  # fed by the host: where run.write would put it
+            port._publish(host_to_node(message, port.node.device))
+        else:
+            port._publish(message.to("cpu", copy=True))
