@@ -73,6 +73,21 @@ class DueQueue:
         else:
             insort(bucket, index)
 
+    def push_all(self, due: float, indices: list[int]) -> None:
+        """Add the nodes ``indices``, in ascending order, all next due at ``due``.
+
+        One merge instead of an insertion each: the rest of a batch goes back in O(n).
+        """
+        if not indices:
+            return
+        bucket = self._buckets.get(due)
+        if bucket is None:
+            self._buckets[due] = list(indices)
+            heappush(self.dues, due)
+        else:
+            bucket += indices
+            bucket.sort()  # two ascending runs: timsort merges them in linear time
+
     def pop_all(self) -> list[int]:
         """Remove the nodes due earliest, all due at ``dues[0]``; the queue must not be empty.
 

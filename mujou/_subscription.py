@@ -13,7 +13,7 @@ import torch
 
 from ._ports import _Port
 
-_POLL = 0.1  # real seconds: the longest get() sleeps before it looks again
+_POLL = 0.5  # real seconds: the longest get() sleeps before it looks again (run.interrupt)
 
 
 @final

@@ -20,7 +20,7 @@ from typing import Any, cast
 import pytest
 import torch
 
-from mujou._engine._batches import EXIT, HOLD_BACK, JOB, PARK, RUN, SLEEP, SPIN, WATCH, Batch
+from mujou._engine._batches import EXIT, HOLD_BACK, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
 from mujou._engine._slot import START, STATE, Job, Slot, begin_update
@@ -48,6 +48,7 @@ class Thread:
     state: str = "ready"  # ready, parked, sleeping, batch, job, update, exited
     deadline: float = math.inf  # timer time a sleep ends at
     wakeable: bool = True  # a notify ends its sleep (not while it spins)
+    keeping: bool = False  # a KEEP sleep: when it times out, the kept batch runs
     batch: Batch | None = None
     current: int = -1  # the index it popped from its batch and runs now
     job: tuple[Slot, Job] | None = None
@@ -98,7 +99,7 @@ class World:
 
     def _wake(self, thread: Thread) -> None:
         if thread.state in ("parked", "sleeping") and thread.wakeable:
-            thread.state, thread.deadline = "ready", math.inf
+            thread.state, thread.deadline, thread.keeping = "ready", math.inf, False
 
     def check(self) -> None:
         current = [(self._holder(t), t.current) for t in self.threads if t.current >= 0]
@@ -191,8 +192,9 @@ class World:
                 if policy.thread_exited():
                     self.ended = True
             else:
-                assert kind in (SLEEP, WATCH, SPIN, PARK)
+                assert kind in (SLEEP, WATCH, SPIN, PARK, KEEP)
                 self._sleep(thread, kind, arg)
+                thread.keeping = kind == KEEP
         elif thread.state == "batch":
             self._batch_step(thread)
         elif thread.state == "job":
@@ -305,6 +307,11 @@ class World:
             if thread in self.parked_workers:
                 self.parked_workers.remove(thread)
             thread.state, thread.deadline, thread.wakeable = "ready", math.inf, True
+            if thread.keeping:  # the KEEP sleep timed out: run the kept batch, as the worker does
+                thread.keeping = False
+                kept = policy.run_kept(thread.worker, self.now)
+                if kept is not None:
+                    thread.state, thread.batch, thread.start = "batch", kept, self.now
             return True
         return False
 
@@ -425,7 +432,7 @@ def test_a_pause_puts_back_a_held_batch(workers: int) -> None:
     begin_update(slots[index], slots[0].due, False)
     batch.ran.append(slots[index])
     kind, _ = policy.next_for_worker(0, slots[0].last + 0.0001, 0.0)
-    assert kind == SLEEP  # kept (one worker) or put back (two)
+    assert kind == (KEEP if workers == 1 else SLEEP)  # kept (one worker) or put back (two)
     assert batch.held == (workers == 1)
     policy.pause()
     kind, _ = policy.next_for_worker(0, slots[0].last + 0.0002, 0.0)

@@ -101,3 +101,21 @@ def test_queue_pops_as_a_heap_of_due_and_index_would(seed: int) -> None:
         assert queue.count_until(time, 1000) == len([due for due, _ in reference if due <= time])
     queue.clear()
     assert queue.next_due() == math.inf
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_push_all_leaves_the_queue_as_pushing_each_would(seed: int) -> None:
+    """push_all(due, ascending indices), the rest of a batch going back, is one push each."""
+    rng = random.Random(seed)
+    queue, reference = DueQueue(), DueQueue()
+    for _ in range(300):
+        due = rng.choice([0.01, 0.02, 0.03, 0.04])
+        present = {index for bucket in reference._buckets.values() for index in bucket}
+        indices = sorted(set(rng.sample(range(50), rng.randrange(0, 10))) - present)
+        queue.push_all(due, indices)
+        for index in indices:
+            reference.push(due, index)
+        if rng.random() < 0.3 and reference.dues:
+            assert queue.pop_all() == reference.pop_all()
+        assert queue._buckets == reference._buckets
+        assert sorted(queue.dues) == sorted(reference.dues)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any
 
 from .._errors import MujouInternalError
 from .._schedule import DueQueue
@@ -19,13 +20,19 @@ QUEUED_JOB = -1  # holder: a job is queued for the node
 # A thread's holder number is > 0: worker w is w + 1; then the dedicated threads, one per
 # dedicated node (dedicated_holder); then the state thread (state_holder).
 
-RUN, JOB, SLEEP, WATCH, SPIN, PARK, EXIT = range(7)  # what next_for_* answers
+# What next_for_* answers; the acts first (kind <= JOB is one). KEEP: sleep the real seconds
+# given, then, unless a notify came first, run the batch the worker keeps (NOTE [ keeping a
+# batch ]: one worker, so only a notify can change what it should do); after a notify, ask again.
+RUN, JOB, SLEEP, WATCH, SPIN, PARK, EXIT, KEEP = range(8)
 
 HOLD_BACK = 0.001  # seconds in a hook after which, under the GIL, another worker takes due work
 WATCH_DOUBLINGS = 3  # a watching worker waits up to HOLD_BACK * 2**3 (NOTE [ workers under the GIL ])
 BURST = 4  # worker updates due together that a worker wakes early for (NOTE [ waking for a burst ])
 MAX_LEAD = 0.0005  # seconds: the most a worker wakes early for a burst
 FIRST_LEAD = 0.0002  # seconds: the lead before any timed wake-up was measured
+
+
+_NOT_IDLE = -math.inf  # Workers.until of a worker that is not waiting
 
 
 class Batch:
@@ -125,24 +132,30 @@ class Workers:
                 self.wake_worker = w
                 return
 
-    def next_for_worker(
-        self, w: int, now: float, real: float
-    ) -> tuple[int, Batch | tuple[Slot, Job] | float | None]:
+    def next_for_worker(self, w: int, now: float, real: float) -> tuple[int, Any]:
         """What worker ``w`` does next, at timer time ``now``: (RUN, batch), (JOB, (slot,
         job)), (SLEEP, real seconds: a timed wait for a due update), (WATCH, real seconds: a
         timed wait that learns nothing), (SPIN, due: yield the CPU until then, the batch
         held), (PARK, None) or (EXIT, None).
 
         The worker's batch from its last answer goes back first (or is kept, or stays held).
+        The second item's type follows from the first (typed Any: the worker's loop reads it
+        without an isinstance check per update).
         """
-        self.until[w] = -math.inf
+        self.until[w] = _NOT_IDLE
         if self.waker == w:
             self.waker, self.waker_due = -1, math.inf
         if self.spinner == w:
             self.spinner = -1
         batch = self.batch[w]
         if batch.held:
-            if not self._needed() and self.running and self.queue.next_due() > batch.due:
+            dues = self.queue.dues
+            # Still first, and nothing else needs the worker: _needed(), inlined (the idle path).
+            if (
+                (not dues or dues[0] > batch.due)
+                and self.running
+                and not (self.jobs or self.paused or self.stopping)
+            ):
                 return self._wait_held(w, batch, now)
             self._put_back(w, batch)
         elif batch.ran or batch.todo or batch.shared:
@@ -195,7 +208,7 @@ class Workers:
             return RUN, taken
         raise MujouInternalError("internal error in Mujou: a worker found no update it could take")
 
-    def _idle(self, w: int, kind: int, wait: float, now: float = 0.0) -> tuple[int, float | None]:
+    def _idle(self, w: int, kind: int, wait: float, now: float = 0.0) -> tuple[int, Any]:
         """Worker ``w`` waits: PARK, or ``wait`` real seconds from timer time ``now``."""
         if kind == PARK:
             self.until[w] = math.inf
@@ -203,7 +216,7 @@ class Workers:
         self.until[w] = now + wait * self.scale
         return kind, wait
 
-    def _wait_held(self, w: int, batch: Batch, now: float) -> tuple[int, Batch | float]:
+    def _wait_held(self, w: int, batch: Batch, now: float) -> tuple[int, Any]:
         """The answer for a worker holding ``batch``, not begun: run it once due, else wait."""
         due = batch.due
         if now >= due:
@@ -217,7 +230,18 @@ class Workers:
             if timeout <= 0.0 and self.spinner < 0:
                 self.spinner = w
                 return SPIN, due
-        return SLEEP, max(timeout, 0.0)
+        elif self.keeps:
+            return KEEP, timeout
+        return SLEEP, timeout if timeout > 0.0 else 0.0
+
+    def run_kept(self, w: int, now: float) -> Batch | None:
+        """After a KEEP's sleep that no notify ended: the kept batch to run at ``now``, or None
+        (the sleep ended a little early: ask again)."""
+        batch = self.batch[w]
+        if now < batch.due:
+            return None
+        batch.held = False
+        return batch
 
     def _worker_may_exit(self) -> bool:
         """Stopping: whether no worker node may still need a worker (a stop job, or a hook
@@ -291,19 +315,23 @@ class Workers:
         batch.held = False
         batch.failed = False
         ran, todo, holder = batch.ran, batch.todo, self.holder
-        slots = self.slots
-        nodes = ran + [slots[index] for index in todo] if todo else ran
-        self.busy -= len(nodes)
+        self.busy -= len(ran) + len(todo)
         if self.stopping:
-            for slot in nodes:
+            slots = self.slots
+            for slot in ran + [slots[index] for index in todo]:
                 holder[slot.index] = FREE
                 self._queue_stop(slot)
         else:
             push = self.queue.push
-            for slot in nodes:
+            for slot in ran:
                 holder[slot.index] = FREE
                 push(slot.due, slot.index)
-            if nodes and self.workers > 1:
+            if todo:  # not begun: all still due at batch.due, the first in registration order last
+                for index in todo:
+                    holder[index] = FREE
+                todo.reverse()
+                self.queue.push_all(batch.due, todo)
+            if (ran or todo) and self.workers > 1:
                 self._wake_idle(self.queue.dues[0])
         ran.clear()
         todo.clear()
@@ -324,12 +352,23 @@ class Workers:
         """
         ran = batch.ran
         due = ran[0].due  # one worker: it ran at least the first
-        if self.queue.next_due() <= due or batch.failed or batch.todo or not self.running or self._needed():
+        dues = self.queue.dues
+        if (
+            (dues and dues[0] <= due)  # first, as it is what ends a saturated worker's batches
+            or batch.failed
+            or batch.todo
+            or not self.running
+            or self.jobs  # _needed(), inlined: this is the idle path
+            or self.paused
+            or self.stopping
+        ):
             return False
-        for slot in ran:
+        todo = []
+        for slot in reversed(ran):
             if slot.due != due:
                 return False
-        batch.todo = [slot.index for slot in reversed(ran)]
+            todo.append(slot.index)
+        batch.todo = todo
         ran.clear()
         batch.due = due
         batch.held = True

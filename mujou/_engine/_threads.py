@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._batches import EXIT, JOB, PARK, RUN, SPIN, WATCH, Batch
+from ._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from ._slot import HOOK_OF_JOB, RESTORE, START, STATE, Job, Slot, begin_update
 
 if TYPE_CHECKING:
@@ -39,15 +39,15 @@ class Parking:
     order they came; a worker waits many times a second.
     """
 
-    __slots__ = ("_gates", "_lock", "_parked", "_workers")
+    __slots__ = ("_gates", "_lock", "_others", "_workers")
 
     def __init__(self, lock: threading.Lock, gates: int) -> None:
         self._lock = lock
         self._gates = [threading.Lock() for _ in range(gates)]  # held while nobody opened it
         for gate in self._gates:
             gate.acquire()
-        self._parked = bytearray(gates)
         self._workers: list[int] = []  # the parked workers, the latest last
+        self._others: list[int] = []  # the parked dedicated threads
 
     def wait(self, number: int, timeout: float | None, worker: bool) -> bool:
         """Release the lock, wait for a notify or ``timeout`` seconds, take the lock back.
@@ -55,19 +55,18 @@ class Parking:
         Returns whether a notify woke the thread (False when the time ran out).
         """
         gate = self._gates[number]
-        self._parked[number] = 1
-        if worker:
-            self._workers.append(number)
+        parked = self._workers if worker else self._others
+        parked.append(number)
         self._lock.release()
         try:
             notified = gate.acquire(True, -1 if timeout is None else min(max(timeout, 0.0), _TIMEOUT_MAX))
         finally:
             self._lock.acquire()
         if not notified:
-            if self._parked[number]:
-                self._parked[number] = 0
-                if worker:
-                    self._workers.remove(number)
+            # The lists are replaced by notify_workers: read them again, not ``parked``.
+            parked = self._workers if worker else self._others
+            if number in parked:
+                parked.remove(number)
             else:  # notified after the time ran out, before the lock was back: the gate is open
                 gate.acquire()
                 notified = True
@@ -75,24 +74,21 @@ class Parking:
 
     def notify(self, number: int) -> None:
         """Wake thread ``number`` if it is parked."""
-        if self._parked[number]:
-            self._parked[number] = 0
-            if number in self._workers:
-                self._workers.remove(number)
-            self._gates[number].release()
+        for parked in (self._workers, self._others):
+            if number in parked:
+                parked.remove(number)
+                self._gates[number].release()
+                return
 
     def notify_worker(self) -> None:
         """Wake one parked worker, the one that parked last."""
         if self._workers:
-            number = self._workers.pop()
-            self._parked[number] = 0
-            self._gates[number].release()
+            self._gates[self._workers.pop()].release()
 
     def notify_workers(self) -> None:
         """Wake every parked worker."""
         parked, self._workers = self._workers, []
         for number in parked:
-            self._parked[number] = 0
             self._gates[number].release()
 
 
@@ -118,33 +114,42 @@ def guarded(engine: Engine, holder: int, body: Callable[..., None], *args: Any) 
 def worker_main(engine: Engine, w: int) -> None:
     """Worker ``w``: ask the policy what to do next, do it, tell the policy, again."""
     lock, policy, clock, parking = engine.lock, engine.policy, engine.clock, engine.parking
+    next_for_worker, now_of = policy.next_for_worker, clock.now
     gil = policy.in_hook is not None
     busy = engine.worker_busy
+    run = batch_runner(engine, w)
     while True:
         with lock:
             while True:
-                now = clock.now()
-                kind, arg = policy.next_for_worker(w, now, _perf_counter() if gil else 0.0)
-                if policy.wake and engine.deliver() and kind not in (RUN, JOB):
+                now = now_of()
+                kind, arg = next_for_worker(w, now, _perf_counter() if gil else 0.0)
+                if policy.wake and engine.deliver() and kind > JOB:
                     continue  # the next virtual instant began
-                if kind in (RUN, JOB):
+                if kind <= JOB:  # RUN or JOB
+                    if kind == RUN:
+                        now = now_of()  # again: putting back and taking a large batch takes a while
                     break
-                if kind == EXIT:
-                    engine.thread_exited()
-                    return
-                if kind == SPIN:
-                    assert isinstance(arg, float)
-                    _spin_until(engine, arg)
+                if kind == KEEP:  # first: the idle path
+                    if not _wait_timed(engine, w, arg, True):
+                        now = now_of()
+                        kept = policy.run_kept(w, now)
+                        if kept is not None:
+                            kind, arg = RUN, kept
+                            break
+                elif kind == SLEEP:
+                    _wait_timed(engine, w, arg, True)
                 elif kind == PARK:
                     parking.wait(w, None, True)
-                else:
-                    assert isinstance(arg, float)
-                    _wait_timed(engine, w, arg, learn=kind != WATCH)
+                elif kind == WATCH:
+                    _wait_timed(engine, w, arg, False)
+                elif kind == SPIN:
+                    _spin_until(engine, arg)
+                else:  # EXIT
+                    engine.thread_exited()
+                    return
         if kind == RUN:
-            assert isinstance(arg, Batch)
-            busy[w] += run_batch(engine, w, arg, now)
+            busy[w] += run(arg, now)
         else:
-            assert isinstance(arg, tuple)
             slot, job = arg
             before = slot.busy_seconds  # the hook caller measures each hook's time there
             run_job(engine, slot, job, w + 1)
@@ -152,45 +157,58 @@ def worker_main(engine: Engine, w: int) -> None:
         del arg  # drop the references while idle, as concurrent.futures does
 
 
-def run_batch(engine: Engine, w: int, batch: Batch, start: float) -> float:
-    """Run ``batch``'s updates in turn, the first at ``start``, no lock held; return the seconds
-    spent in hooks.
+def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
+    """Worker ``w``'s ``run(batch, start)``, with what it reads bound once (it runs per batch)."""
+    policy, clock, slots, call, lock = (
+        engine.policy,
+        engine.clock,
+        engine.slots,
+        engine.hooks.call,
+        engine.lock,
+    )
+    in_hook, traced, now_of = policy.in_hook, engine.hooks.trace is not None, clock.now
+    inf = float("inf")
 
-    Ends early, leaving the rest to the policy: when a worker is needed for something else (a
-    job, a pause, the stop), when an update failed under the real-time timer, and when a node
-    that ran is due again (from the queue, another worker may take it first:
-    threads.earliest-due-first).
-    """
-    policy, clock, slots, call = engine.policy, engine.clock, engine.slots, engine.hooks.call
-    todo, ran, in_hook, traced = batch.todo, batch.ran, policy.in_hook, engine.hooks.trace is not None
-    spent = 0.0
-    again = float("inf")  # the earliest next due time of the nodes that ran
-    while True:
-        try:
-            slot = slots[todo.pop()]
-        except IndexError:  # another worker took the last one
-            break
-        if in_hook is not None:  # a CUDA node waits for its stream outside the GIL
-            in_hook[w] = 0.0 if slot.cuda else _perf_counter()
-        dt = begin_update(slot, start, traced)
-        before = slot.busy_seconds
-        failed = call(slot, "on_update", slot.node.on_update, dt)[1]
-        spent += slot.busy_seconds - before
-        ran.append(slot)
-        if failed is not None:
-            with engine.lock:
-                engine.report(slot, "on_update", slot.last, failed)
-                policy.update_failed(batch)
-                if policy.wake:
-                    engine.deliver()
-        if slot.due < again:
-            again = slot.due
-        if not todo or policy.jobs or policy.paused or policy.stopping:
-            break
-        start = clock.now()
-        if start >= again:
-            break
-    return spent
+    def run(batch: Batch, start: float) -> float:
+        """Run ``batch``'s updates in turn, the first at ``start``, no lock held; return the
+        seconds spent in hooks.
+
+        Ends early, leaving the rest to the policy: when a worker is needed for something else
+        (a job, a pause, the stop), when an update failed under the real-time timer, and when
+        a node that ran is due again (from the queue, another worker may take it first:
+        threads.earliest-due-first).
+        """
+        todo, ran = batch.todo, batch.ran
+        spent = 0.0
+        again = inf  # the earliest next due time of the nodes that ran
+        while True:
+            try:
+                slot = slots[todo.pop()]
+            except IndexError:  # another worker took the last one
+                break
+            if in_hook is not None:  # a CUDA node waits for its stream outside the GIL
+                in_hook[w] = 0.0 if slot.cuda else _perf_counter()
+            dt = begin_update(slot, start, traced)
+            before = slot.busy_seconds
+            failed = call(slot, "on_update", slot.node.on_update, dt)[1]
+            spent += slot.busy_seconds - before
+            ran.append(slot)
+            if failed is not None:
+                with lock:
+                    engine.report(slot, "on_update", slot.last, failed)
+                    policy.update_failed(batch)
+                    if policy.wake:
+                        engine.deliver()
+            if slot.due < again:
+                again = slot.due
+            if not todo or policy.jobs or policy.paused or policy.stopping:
+                break
+            start = now_of()
+            if start >= again:
+                break
+        return spent
+
+    return run
 
 
 def run_job(engine: Engine, slot: Slot, job: Job, holder: int) -> None:
@@ -260,15 +278,16 @@ def state_main(engine: Engine, jobs: list[tuple[Slot, Job]]) -> None:
         engine.thread_exited()
 
 
-def _wait_timed(engine: Engine, w: int, timeout: float, *, learn: bool) -> None:
+def _wait_timed(engine: Engine, w: int, timeout: float, learn: bool) -> bool:
     """With the lock held, wait for a notify or ``timeout`` real seconds; when ``learn``, learn
-    how late timed wake-ups come (NOTE [ waking for a burst ])."""
+    how late timed wake-ups come (NOTE [ waking for a burst ]). Whether a notify woke it."""
     if not (learn and engine.policy.bursts):
-        engine.parking.wait(w, timeout, True)
-        return
+        return engine.parking.wait(w, timeout, True)
     deadline = _perf_counter() + timeout
-    if not engine.parking.wait(w, timeout, True):
-        engine.policy.learn_lateness(_perf_counter() - deadline)
+    if engine.parking.wait(w, timeout, True):
+        return True
+    engine.policy.learn_lateness(_perf_counter() - deadline)
+    return False
 
 
 def _spin_until(engine: Engine, due: float) -> None:
