@@ -20,7 +20,7 @@ import torch
 from ._cpus import default_workers, gil_enabled, physical_cores, usable_cpus
 from ._cuda import host_to_node
 from ._engine import Engine, in_hook_thread
-from ._engine._restore import check_schedule
+from ._engine._snapshot import progress_sample, run_stats
 from ._errors import HookError, OversubscriptionWarning
 from ._net import Net
 from ._node import Node
@@ -30,7 +30,7 @@ from ._stats import NodeStats, RunStats, percentile
 from ._subscription import Subscription
 from ._timer import RealTimeTimer, Timer
 from ._trace import TraceRecorder
-from ._tree import build_tree, check_tree, mismatch_message
+from ._tree import mismatch_message
 
 
 def run(
@@ -95,9 +95,7 @@ def run(
     restore: list[Any] | None = None
     meta: dict[str, Any] = {}
     if state is not None:
-        problems, restore, meta = check_tree(engine.slots, state)
-        if not problems:
-            problems = check_schedule(engine.slots, meta)
+        problems, restore, meta = engine.check_state(state)
         if problems:
             raise ValueError(mismatch_message(problems))
     engine.claim()
@@ -105,7 +103,7 @@ def run(
         _sync_host_streams(nodes)
         load_errors = engine.start(restore)
         if load_errors:
-            problems = [f"node {slot.name!r}: {exc}" for slot, exc in load_errors]
+            problems = [f"node {name!r}: {exc}" for name, exc in load_errors]
             raise ValueError(mismatch_message(problems)) from load_errors[0][1]
         if restore is not None:
             engine.restore_schedule(meta)
@@ -251,7 +249,6 @@ class Run:
         self._net = net
         self._engine = engine
         self._subscriptions = []
-        self._nodes = {id(slot.node) for slot in engine.slots}
         engine.add_waker(self._wake_subscriptions)
 
     def _wake_subscriptions(self) -> None:
@@ -277,7 +274,7 @@ class Run:
                 f"{type(port).__name__} {port.name!r} is the class attribute; "
                 "pass the port of a node instance (node.port)"
             )
-        if id(port._node) not in self._nodes:
+        if not self._engine.has_node(port._node):
             raise ValueError(f"port {port.name!r} is not a port of this run's net")
         return port
 
@@ -467,8 +464,7 @@ class Run:
         Works during the run and after it ended, also after a hook failed.
         """
         self._host_call("state_dict")
-        slots = self._engine.slots
-        return self._engine.collect_states(lambda time, states: build_tree(slots, states, time))
+        return self._engine.state_tree()
 
     def stop(self) -> None:
         """Stop the run: wait for running hooks, run every ``on_stop``, end the threads.
@@ -490,35 +486,10 @@ class Run:
         """
         if not in_hook_thread():
             self._engine.hooks.flush_warnings(stacklevel=2)
-        engine = self._engine
-        nodes = {}
-        for slot, latenesses in engine.node_counters():
-            recent = sorted(latenesses)
-            nodes[slot.name] = NodeStats(
-                updates=slot.updates,
-                skipped=slot.skipped,
-                busy=slot.busy_seconds,
-                dt_min=slot.dt_min if slot.updates else 0.0,
-                dt_mean=slot.dt_sum / slot.updates if slot.updates else 0.0,
-                dt_max=slot.dt_max,
-                lateness_p50=percentile(recent, 0.50),
-                lateness_p99=percentile(recent, 0.99),
-                lateness_max=slot.lateness_max,
-            )
-        elapsed = (engine.end_real if engine.ended else time.perf_counter()) - engine.real_start
-        busy = tuple(
-            min(1.0, seconds / elapsed) if engine.real_start and elapsed > 0 else 0.0
-            for seconds in engine.worker_busy
-        )
-        return RunStats(time=self.time, workers=engine.workers, nodes=nodes, worker_busy=busy)
+        return run_stats(self._engine)
 
     def _progress_sample(self) -> tuple[float, int, float]:
-        slots = self._engine.slots
-        return (
-            self.time,
-            sum(slot.updates for slot in slots),
-            max(slot.lateness_max for slot in slots),
-        )
+        return progress_sample(self._engine)
 
     def __enter__(self) -> Run:
         return self

@@ -46,7 +46,7 @@ from ._clock import VirtualClock, make_clock
 from ._exit import live
 from ._hooks import Hooks, HookThread
 from ._policy import Policy
-from ._restore import restore_schedule
+from ._restore import check_schedule, restore_schedule
 from ._slot import RESTORE, START, Job, Slot
 from ._threads import Parking, dedicated_main, guarded, state_main, worker_main
 
@@ -74,6 +74,7 @@ class Engine:
         self.clock = make_clock(timer)
         self.virtual = self.clock.virtual
         self.slots = [Slot(node, node._mujou, i) for i, node in enumerate(nodes)]
+        self._members = {id(node) for node in nodes}
         self.policy = Policy(
             self.slots, workers, virtual=self.virtual, scale=self.clock.scale, gil=gil_enabled()
         )
@@ -140,7 +141,22 @@ class Engine:
                 if slot.core.engine is self:
                     slot.core.engine = None
 
-    def start(self, restore: Sequence[Any] | None) -> list[tuple[Slot, BaseException]]:
+    def has_node(self, node: Node) -> bool:
+        """Whether ``node`` is one of this run's."""
+        return id(node) in self._members
+
+    def check_state(self, tree: object) -> tuple[list[str], list[Any], dict[str, Any]]:
+        """Match a state tree with the run's nodes: the problems, each node's state, the metadata."""
+        problems, states, meta = check_tree(self.slots, tree)
+        if not problems:
+            problems = check_schedule(self.slots, meta)
+        return problems, states, meta
+
+    def state_tree(self) -> dict[str, Any]:
+        """The run's state tree, taken between updates (collect_states)."""
+        return self.collect_states(lambda time, states: build_tree(self.slots, states, time))
+
+    def start(self, restore: Sequence[Any] | None) -> list[tuple[str, BaseException]]:
         """Start the threads, run every on_start, then the restore; return the restore errors.
 
         Raises the HookError of a failed on_start after stopping the started nodes. The caller
@@ -178,7 +194,7 @@ class Engine:
             return []
         jobs = [(slot, Job(RESTORE, state)) for slot, state in zip(self.slots, restore, strict=True)]
         self._run_jobs(jobs)
-        return [(slot, job.error) for slot, job in jobs if job.error is not None]
+        return [(slot.name, job.error) for slot, job in jobs if job.error is not None]
 
     def _run_jobs(self, jobs: list[tuple[Slot, Job]]) -> None:
         with self.lock:
@@ -493,13 +509,3 @@ class Engine:
 
     def time(self) -> float:
         return self.end_time if self.ended else self.clock.now()
-
-    def node_counters(self) -> list[tuple[Slot, list[float]]]:
-        """Each node with a copy of its recent latenesses (taken in one call, as a worker may
-        append meanwhile)."""
-        return [(slot, slot.lateness.tolist()) for slot in self.slots]
-
-
-def _stopping(policy: Policy) -> bool:
-    """``policy.stopping``, read again (a host wait released the lock since the last read)."""
-    return policy.stopping
