@@ -9,7 +9,6 @@ import contextlib
 import math
 import numbers
 import os
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -26,7 +25,7 @@ from ._net import Net
 from ._node import Node
 from ._ports import Input, Output, _Port
 from ._progress import Progress
-from ._stats import NodeStats, RunStats, percentile
+from ._stats import RunStats
 from ._subscription import Subscription
 from ._timer import RealTimeTimer, Timer
 from ._trace import TraceRecorder

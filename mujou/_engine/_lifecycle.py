@@ -42,6 +42,7 @@ from .._ports import Input, Output
 from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
 from .._trace import TraceRecorder
+from .._tree import build_tree, check_tree
 from ._clock import VirtualClock, make_clock
 from ._exit import live
 from ._hooks import Hooks, HookThread
@@ -509,3 +510,8 @@ class Engine:
 
     def time(self) -> float:
         return self.end_time if self.ended else self.clock.now()
+
+
+def _stopping(policy: Policy) -> bool:
+    """``policy.stopping``, read again (a host wait released the lock since the last read)."""
+    return policy.stopping
