@@ -14,7 +14,7 @@ from ._node import Node as Node
 from ._ports import Input as Input
 from ._ports import Output as Output
 from ._run import Run as Run
-from ._run import run as run
+from ._start import run as run
 from ._state import load as load
 from ._state import save as save
 from ._stats import NodeStats as NodeStats

@@ -1,10 +1,12 @@
 """The engine of a run: a pure scheduling policy, the threads that act on it, and the lifecycle.
 
-- ``_policy``: what each thread does next (pure; tested without threads).
+- ``_slot``: one node's schedule and counters.
 - ``_clock``: real and virtual clocks.
 - ``_hooks``: the one place hooks are called.
 - ``_threads``: the worker, dedicated and state threads, and where they park.
-- ``_lifecycle``: ``Engine``: start, the host's waits, the state, the stop.
+- ``_batches`` and ``_policy``: the policy, the workers' side and the rest; ``_invariant``: its check.
+- ``_lifecycle``: ``Engine``: start, the host's waits, the stop; ``_collect``: taking the state.
+- ``_restore``, ``_snapshot``, ``_exit``: resuming a tree, the host's counters, runs left at exit.
 """
 
 from ._hooks import HookThread as HookThread

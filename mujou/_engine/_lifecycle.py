@@ -1,4 +1,4 @@
-"""The engine of a run: starting it, the host's waits, taking the state, stopping.
+"""The engine of a run: starting it, the host's waits, stopping (taking the state: ``_collect``).
 
 One lock (``Engine.lock``) guards the policy and every node's bookkeeping between hooks; the
 host's waits release it, and user code (hooks, ``wait_for`` predicates, state builders) never
@@ -8,7 +8,7 @@ Guarantees:
 - ``start`` undoes itself: when it raises, every started node got its ``on_stop``, the threads
   ended and the net may run again (run.start-undone). A net is in one run at a time, also
   when two threads start it at once (run.one-run-per-net).
-- ``collect_states`` never overlaps a node's hooks: updates pause, and the state jobs are held
+- Taking the state (``_collect.state_tree``) never overlaps a node's hooks: updates pause, and the state jobs are held
   like any other job, so a stop that begins meanwhile queues each node's ``on_stop`` after its
   ``state_dict``; once the run has ended the states are taken on the host's thread, after
   every ``on_stop`` (state.after-end). Two host threads take the state one after the other,
@@ -31,7 +31,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -42,14 +42,15 @@ from .._ports import Input, Output
 from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
 from .._trace import TraceRecorder
-from .._tree import build_tree, check_tree
+from .._tree import check_tree
 from ._clock import VirtualClock, make_clock
+from ._collect import state_tree, stopping_now
 from ._exit import live
 from ._hooks import Hooks, HookThread
 from ._policy import Policy
 from ._restore import check_schedule, restore_schedule
 from ._slot import RESTORE, START, Job, Slot
-from ._threads import Parking, dedicated_main, guarded, state_main, worker_main
+from ._threads import Parking, dedicated_main, guarded, worker_main
 
 if TYPE_CHECKING:
     from .._node import Node
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 # the virtual timer the run races on meanwhile, so the host looks more often.
 HOST_POLL_REAL = 0.5
 HOST_POLL_VIRTUAL = 0.1
-_T = TypeVar("_T")
 _claims = threading.Lock()  # taken to claim a net's nodes for a run
 
 
@@ -98,7 +98,7 @@ class Engine:
         self._wakers: list[Callable[[], None]] = []  # called once when the run ends
         self._host_seq = 0  # counts notify_host calls: a wait misses none
         self.poll = HOST_POLL_VIRTUAL if self.virtual else HOST_POLL_REAL
-        self._collecting = threading.Lock()  # one state collection at a time
+        self.collecting = threading.Lock()  # one state collection at a time
         self._threads: list[threading.Thread] = [
             HookThread(
                 target=guarded, args=(self, i + 1, worker_main, i), name=f"mujou-worker-{i}", daemon=True
@@ -154,8 +154,8 @@ class Engine:
         return problems, states, meta
 
     def state_tree(self) -> dict[str, Any]:
-        """The run's state tree, taken between updates (collect_states)."""
-        return self.collect_states(lambda time, states: build_tree(self.slots, states, time))
+        """The run's state tree, taken between updates (see ``_collect``)."""
+        return state_tree(self)
 
     def start(self, restore: Sequence[Any] | None) -> list[tuple[str, BaseException]]:
         """Start the threads, run every on_start, then the restore; return the restore errors.
@@ -201,7 +201,7 @@ class Engine:
         with self.lock:
             self.policy.queue_jobs(jobs)
             self.deliver()
-            self._host_wait(lambda: self.policy.pending == 0)
+            self.host_wait(lambda: self.policy.pending == 0)
 
     def restore_schedule(self, meta: Mapping[str, Any]) -> None:
         """Set the timer time, the schedules and the latest messages of a checked tree."""
@@ -295,10 +295,7 @@ class Engine:
         wakers, self._wakers = self._wakers, []
         for waker in wakers:
             waker()
-        with _claims:
-            for slot in self.slots:
-                if slot.core.engine is self:
-                    slot.core.engine = None
+        self._unclaim()
 
     def _commit(self) -> None:
         """Publish the messages the instant sent (virtual timer; no hook runs)."""
@@ -318,7 +315,7 @@ class Engine:
         with self.lock:
             self._notify_host()
 
-    def _host_wait(self, done: Callable[[], bool]) -> None:
+    def host_wait(self, done: Callable[[], bool]) -> None:
         """With the lock held, wait until ``done()`` (cheap, no user code), looking every ``poll``."""
         while not done():
             self.host.wait(self.poll)
@@ -372,9 +369,9 @@ class Engine:
             self.advance_until = until if done is None and until is not None else None
             try:
                 while True:
-                    self._host_wait(lambda: policy.stopping or policy.quiescent(clock.time))
+                    self.host_wait(lambda: policy.stopping or policy.quiescent(clock.time))
                     if policy.stopping:
-                        self._host_wait(lambda: self.ended)
+                        self.host_wait(lambda: self.ended)
                         break
                     self._commit()
                     if policy.end_instant():
@@ -387,7 +384,7 @@ class Engine:
                                 return True
                         finally:
                             self.lock.acquire()
-                        if _stopping(policy) or not policy.quiescent(clock.time):
+                        if stopping_now(policy) or not policy.quiescent(clock.time):
                             continue  # another host thread moved on meanwhile
                     due = policy.next_due()
                     if until is not None and due > until:
@@ -410,95 +407,12 @@ class Engine:
         """
         port._publish(message)
 
-    def collect_states(self, build: Callable[[float, list[Any]], _T]) -> _T:
-        """Take every node's state_dict between updates, and ``build`` the tree from them.
-
-        While the run runs, updates pause, worker nodes' state_dict runs on a thread of its
-        own and dedicated nodes' on theirs; once the run has ended, on the calling thread,
-        after every on_stop. ``build(time, states)`` runs before updates resume, so the copies
-        it makes, the ports' messages and the schedules it reads are those of the same moment.
-        See state.consistent-snapshot.
-        """
-        while not self._collecting.acquire(timeout=self.poll):
-            pass
-        try:
-            return self._collect(build)
-        finally:
-            self._collecting.release()
-
-    def _collect(self, build: Callable[[float, list[Any]], _T]) -> _T:
-        policy = self.policy
-        with self.lock:
-            taken = None if policy.stopping else self._pause_and_take()
-            if taken is None:
-                self._host_wait(lambda: self.ended)
-        if taken is None:
-            return self._states_after_end(build)
-        now, jobs = taken
-        try:
-            with self.lock:
-                self._host_wait(lambda: policy.pending == 0)
-            if any(job.error is not None for _, job in jobs) or isinstance(self.error, MujouInternalError):
-                self.raise_error()
-            return build(now, [job.result for _, job in jobs])
-        finally:
-            with self.lock:
-                policy.release_pause()
-                self.deliver()
-
-    def _pause_and_take(self) -> tuple[float, list[tuple[Slot, Job]]] | None:
-        """With the lock held: pause the updates, wait until none runs, queue the state jobs.
-
-        Returns the time and the jobs in node order, or None when the run stops meanwhile.
-        """
-        policy = self.policy
-        policy.pause()
-        self.deliver()
-        try:
-            self._host_wait(lambda: policy.busy == 0 or policy.stopping)
-        except BaseException:
-            policy.release_pause()
-            self.deliver()
-            raise
-        if _stopping(policy):
-            policy.release_pause()
-            self.deliver()
-            return None
-        now = self.clock.now()
-        jobs = self._state_jobs(policy.take_states())
-        self.deliver()
-        return now, jobs
-
-    def _state_jobs(self, worker_jobs: list[tuple[Slot, Job]]) -> list[tuple[Slot, Job]]:
-        """With the lock held, the state jobs just queued in node order; starts the state thread."""
-        jobs_of = {slot.index: job for slot, job in worker_jobs}
-        for slot in self.policy.dedicated:
-            jobs_of[slot.index] = slot.jobs[-1]
-        if worker_jobs:
-            HookThread(
-                target=guarded,
-                args=(self, self.policy.state_holder, state_main, worker_jobs),
-                name="mujou-state",
-                daemon=True,
-            ).start()
-        return [(slot, jobs_of[slot.index]) for slot in self.slots]
-
-    def _states_after_end(self, build: Callable[[float, list[Any]], _T]) -> _T:
-        states = []
-        now = self.end_time
-        for slot in self.slots:
-            result, exc = self.hooks.call(slot, "state_dict", slot.node.state_dict)
-            if exc is not None:
-                raise HookError(slot.name, "state_dict", now, exc) from exc
-            states.append(result)
-        return build(now, states)
-
     def stop(self) -> None:
         """Stop the run and wait until every started node's on_stop ran and threads ended."""
         with self.lock:
             self.policy.begin_stop()
             self.deliver()
-            self._host_wait(lambda: self.ended)
+            self.host_wait(lambda: self.ended)
             finishers, self.finishers = self.finishers, []
         for thread in self._threads:
             while thread.is_alive():
@@ -510,8 +424,3 @@ class Engine:
 
     def time(self) -> float:
         return self.end_time if self.ended else self.clock.now()
-
-
-def _stopping(policy: Policy) -> bool:
-    """``policy.stopping``, read again (a host wait released the lock since the last read)."""
-    return policy.stopping

@@ -1,0 +1,111 @@
+"""Taking a run's state: the updates paused, every node's state_dict, the tree; never two at once.
+
+See state.consistent-snapshot and run.state-after-error.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._errors import HookError, MujouInternalError
+from .._tree import build_tree
+from ._hooks import HookThread
+from ._policy import Policy
+from ._slot import Job, Slot
+from ._threads import guarded, state_main
+
+if TYPE_CHECKING:
+    from ._lifecycle import Engine
+
+
+def state_tree(engine: Engine) -> dict[str, Any]:
+    """Take every node's state_dict between updates, and the tree from them.
+
+    While the run runs, updates pause, worker nodes' state_dict runs on a thread of its
+    own and dedicated nodes' on theirs; once the run has ended, on the calling thread,
+    after every on_stop. The tree is built before updates resume, so its copies, the ports'
+    messages and the schedules it reads are those of the same moment.
+    See state.consistent-snapshot.
+    """
+    while not engine.collecting.acquire(timeout=engine.poll):
+        pass
+    try:
+        return _collect(engine)
+    finally:
+        engine.collecting.release()
+
+
+def _collect(engine: Engine) -> dict[str, Any]:
+    policy = engine.policy
+    with engine.lock:
+        taken = None if policy.stopping else _pause_and_take(engine)
+        if taken is None:
+            engine.host_wait(lambda: engine.ended)
+    if taken is None:
+        return _states_after_end(engine)
+    now, jobs = taken
+    try:
+        with engine.lock:
+            engine.host_wait(lambda: policy.pending == 0)
+        if any(job.error is not None for _, job in jobs) or isinstance(engine.error, MujouInternalError):
+            engine.raise_error()
+        return build_tree(engine.slots, [job.result for _, job in jobs], now)
+    finally:
+        with engine.lock:
+            policy.release_pause()
+            engine.deliver()
+
+
+def _pause_and_take(engine: Engine) -> tuple[float, list[tuple[Slot, Job]]] | None:
+    """With the lock held: pause the updates, wait until none runs, queue the state jobs.
+
+    Returns the time and the jobs in node order, or None when the run stops meanwhile.
+    """
+    policy = engine.policy
+    policy.pause()
+    engine.deliver()
+    try:
+        engine.host_wait(lambda: policy.busy == 0 or policy.stopping)
+    except BaseException:
+        policy.release_pause()
+        engine.deliver()
+        raise
+    if stopping_now(policy):
+        policy.release_pause()
+        engine.deliver()
+        return None
+    now = engine.clock.now()
+    jobs = _state_jobs(engine, policy.take_states())
+    engine.deliver()
+    return now, jobs
+
+
+def _state_jobs(engine: Engine, worker_jobs: list[tuple[Slot, Job]]) -> list[tuple[Slot, Job]]:
+    """With the lock held, the state jobs just queued in node order; starts the state thread."""
+    jobs_of = {slot.index: job for slot, job in worker_jobs}
+    for slot in engine.policy.dedicated:
+        jobs_of[slot.index] = slot.jobs[-1]
+    if worker_jobs:
+        HookThread(
+            target=guarded,
+            args=(engine, engine.policy.state_holder, state_main, worker_jobs),
+            name="mujou-state",
+            daemon=True,
+        ).start()
+    return [(slot, jobs_of[slot.index]) for slot in engine.slots]
+
+
+def _states_after_end(engine: Engine) -> dict[str, Any]:
+    states = []
+    now = engine.end_time
+    for slot in engine.slots:
+        result, exc = engine.hooks.call(slot, "state_dict", slot.node.state_dict)
+        if exc is not None:
+            raise HookError(slot.name, "state_dict", now, exc) from exc
+        states.append(result)
+    return build_tree(engine.slots, states, now)
+
+
+def stopping_now(policy: Policy) -> bool:
+    """``policy.stopping``, read again (a host wait released the lock since the last read)."""
+    return policy.stopping

@@ -1,0 +1,218 @@
+"""``mujou.run``: the checks of its arguments, then the start of a net, undone if it fails.
+
+Everything that can be refused is refused before a node starts (run.arguments, state.mismatch,
+run.start-undone). See the "Running a net" page of the spec.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ._cpus import default_workers, gil_enabled, physical_cores, usable_cpus
+from ._engine import Engine
+from ._errors import OversubscriptionWarning
+from ._net import Net
+from ._node import Node
+from ._ports import Input, Output, _Port
+from ._progress import Progress
+from ._run import Run, _host_message
+from ._timer import RealTimeTimer, Timer
+from ._trace import TraceRecorder
+from ._tree import mismatch_message
+
+
+def run(
+    net: Net,
+    *,
+    workers: int | None = None,
+    timer: Timer | None = None,
+    inputs: Mapping[Input, torch.Tensor] | None = None,
+    state: Mapping[str, Any] | None = None,
+    trace: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> Run:
+    """Start ``net`` and return its :class:`Run`; use it as a context manager.
+
+    Every ``on_start`` hook, then the restore of ``state``, then the first messages of
+    ``inputs`` complete before the timer starts and before this returns. See :ref:`run.start`.
+
+    Args:
+        net: The net to run.
+        workers: The number of worker threads; None chooses from the usable CPUs
+            (see :ref:`threads.default-workers`).
+        timer: :class:`RealTimeTimer` (the default) or :class:`VirtualTimer`.
+        inputs: First messages of inputs the host feeds (inputs without a source).
+        state: A state tree from :meth:`Run.state_dict` (or :func:`mujou.load`) to resume.
+        trace: A file to write a Chrome/Perfetto trace of the run to when it ends
+            (see :ref:`observe.trace`).
+        progress: Print a live progress line to stderr (see :ref:`observe.progress`).
+
+    Raises:
+        TypeError, ValueError: an argument is not allowed; nothing was started.
+        RuntimeError: a node of the net is in a run that has not ended.
+        HookError: an ``on_start`` hook raised; the started nodes were stopped.
+    """
+    if not isinstance(net, Net):
+        raise TypeError(f"net must be a mujou.Net, got {type(net).__name__}: {net!r}")
+    if workers is not None:
+        if isinstance(workers, bool) or not isinstance(workers, int):
+            raise TypeError(
+                f"workers must be a positive int or None, got {type(workers).__name__}: {workers!r}"
+            )
+        if workers < 1:
+            raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    if timer is None:
+        timer = RealTimeTimer()
+    elif not isinstance(timer, Timer):
+        raise TypeError(
+            "timer must be mujou.RealTimeTimer() or mujou.VirtualTimer(), "
+            f"got {type(timer).__name__}: {timer!r}"
+        )
+    nodes = list(net.nodes())
+    _check_net(net, nodes)
+    first = _check_inputs(nodes, inputs)
+    on_workers = sum(1 for node in nodes if not node.dedicated_thread)
+    if workers is None:
+        workers = default_workers(on_workers, cpus=usable_cpus(), gil=gil_enabled())
+    _warn_oversubscription(workers, len(nodes) - on_workers)
+    if trace is not None and not isinstance(trace, str | os.PathLike):
+        raise TypeError(f"trace must be a file path or None, got {type(trace).__name__}: {trace!r}")
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool, got {type(progress).__name__}: {progress!r}")
+    engine = Engine(nodes, workers, timer, None if trace is None else TraceRecorder(trace))
+    restore: list[Any] | None = None
+    meta: dict[str, Any] = {}
+    if state is not None:
+        problems, restore, meta = engine.check_state(state)
+        if problems:
+            raise ValueError(mismatch_message(problems))
+    engine.claim()
+    try:
+        _sync_host_streams(nodes)
+        load_errors = engine.start(restore)
+        if load_errors:
+            problems = [f"node {name!r}: {exc}" for name, exc in load_errors]
+            raise ValueError(mismatch_message(problems)) from load_errors[0][1]
+        if restore is not None:
+            engine.restore_schedule(meta)
+        for port, message in first.items():
+            engine.host_write(port, message)
+        engine.go()
+    except BaseException:
+        engine.abort()
+        raise
+    handle = Run.__new__(Run)
+    handle._setup(net, engine)
+    if progress:
+        engine.finishers.append(Progress(handle._progress_sample).finish)
+    return handle
+
+
+def _warn_oversubscription(workers: int, dedicated: int) -> None:
+    """Warn when the run's threads times torch's threads exceed the physical cores (settings.*)."""
+    threads, per_thread, cores = workers + dedicated, torch.get_num_threads(), physical_cores()
+    if threads * per_thread <= cores:
+        return
+    fix = (
+        "call torch.set_num_threads(1) before mujou.run, or run fewer workers"
+        if per_thread > 1
+        else "run fewer workers (mujou.run(net, workers=n)) or fewer dedicated threads"
+    )
+    warnings.warn(
+        f"this run computes on {threads} thread(s) ({workers} worker(s) and {dedicated} "
+        f"dedicated), and torch uses {per_thread} thread(s) for each: more than the {cores} "
+        f"physical core(s) this process may use; {fix}",
+        OversubscriptionWarning,
+        stacklevel=3,
+    )
+
+
+def _check_net(net: Net, nodes: list[Node]) -> None:
+    if not nodes:
+        raise ValueError(f"the net {type(net).__name__} has no node; assign nodes to it first")
+    members = {id(node) for node in nodes}
+    for node in nodes:
+        for port in node._mujou.ports.values():
+            if isinstance(port, Input):
+                source = port.source
+                if source is not None and id(source.node) not in members:
+                    raise ValueError(
+                        f"input {port.name!r} is connected to {_outsider(source)}, "
+                        "whose node is not in this net"
+                    )
+            elif isinstance(port, Output):
+                for reader in port._readers:
+                    if id(reader.node) not in members:
+                        raise ValueError(
+                            f"output {port.name!r} is connected to {_outsider(reader)}, "
+                            "whose node is not in this net"
+                        )
+
+
+def _outsider(port: _Port) -> str:
+    """A port of a node outside the net: its name, or its class and attribute when it has none."""
+    node = port.node
+    where = repr(port.name) if node.name else f"{type(node).__name__}.{port._attr} (in no net)"
+    return f"{type(port).__name__.lower()} {where}"
+
+
+def _check_inputs(
+    nodes: list[Node], inputs: Mapping[Input, torch.Tensor] | None
+) -> dict[Input, torch.Tensor]:
+    if inputs is None:
+        inputs = {}
+    elif not isinstance(inputs, Mapping):
+        raise TypeError(f"inputs must be a mapping from Input to tensor, got {type(inputs).__name__}")
+    members = {id(node) for node in nodes}
+    first: dict[Input, torch.Tensor] = {}
+    for key, message in inputs.items():
+        port: object = key
+        if not isinstance(port, Input) or port._node is None:
+            raise TypeError(f"inputs keys must be the Input ports of nodes, got {port!r}")
+        if id(port.node) not in members:
+            raise ValueError(f"input {port.name!r} in inputs= is not a port of this net")
+        if port.source is not None:
+            raise ValueError(
+                f"input {port.name!r} has the source {port.source.name!r}; inputs= gives first "
+                "messages to inputs the host feeds (inputs without a source)"
+            )
+        if not isinstance(message, torch.Tensor):
+            raise TypeError(f"inputs[{port.name!r}] must be a torch.Tensor, got {type(message).__name__}")
+        try:
+            first[port] = _host_message(port, message)
+        except (RuntimeError, NotImplementedError) as exc:
+            raise ValueError(
+                f"inputs[{port.name!r}] cannot be copied for node {port.node.name!r} on "
+                f"{port.node.device}: {exc}"
+            ) from exc
+    for node in nodes:
+        for declared in node._mujou.ports.values():
+            if (
+                isinstance(declared, Input)
+                and declared.source is None
+                and not declared.optional
+                and declared not in inputs
+            ):
+                raise ValueError(
+                    f"input {declared.name!r} has no source: connect it with "
+                    "net.connect(output, input), give it a first message with "
+                    "mujou.run(..., inputs={port: tensor}), or declare it Input(optional=True)"
+                )
+    return first
+
+
+def _sync_host_streams(nodes: list[Node]) -> None:
+    """Wait for the host's current streams: of the current device and of each CUDA device of the net.
+
+    See cuda.run-syncs-host-stream. A net without CUDA nodes does not touch CUDA.
+    """
+    devices = {node.device for node in nodes if node.device.type == "cuda"}
+    if devices:
+        torch.cuda.current_stream().synchronize()
+    for device in devices:
+        torch.cuda.current_stream(device).synchronize()
