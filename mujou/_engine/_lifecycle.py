@@ -8,11 +8,12 @@ Guarantees:
 - ``start`` undoes itself: when it raises, every started node got its ``on_stop``, the threads
   ended and the net may run again (run.start-undone). A net is in one run at a time, also
   when two threads start it at once (run.one-run-per-net).
-- Taking the state (``_collect.state_tree``) never overlaps a node's hooks: updates pause, and the state jobs are held
-  like any other job, so a stop that begins meanwhile queues each node's ``on_stop`` after its
-  ``state_dict``; once the run has ended the states are taken on the host's thread, after
-  every ``on_stop`` (state.after-end). Two host threads take the state one after the other,
-  and an interrupted host leaves the updates paused until the state jobs are done.
+- Taking the state (``_collect.state_tree``) never overlaps a node's hooks: updates pause,
+  and the state jobs are held like any other job, so a stop that begins meanwhile queues each
+  node's ``on_stop`` after its ``state_dict``; once the run has ended the states are taken on
+  the host's thread, after every ``on_stop`` (run.state-after-error). Two host threads take
+  the state one after the other, and an interrupted host leaves the updates paused until the
+  state jobs are done.
 - Under the virtual timer, time moves only between instants, when no hook runs and nothing
   is due: messages sent at an instant are committed then, so updates due at one instant never
   see each other's messages (visibility.virtual). The host moves it, or, while the host
