@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 
 import pytest
+import torch
 
 import mujou
-from mujou import Net, Node
+from mujou import Input, Net, Node
 
 HANG_GUARD = 30.0  # seconds; only ever reached when something hangs
 # The whole test's guard (conftest.py): longer than HANG_GUARD, so a guarded wait fails first,
@@ -106,3 +107,33 @@ class DtRecorder(Node):
 
     def on_update(self, dt: float) -> None:
         self.dts.append(dt)
+
+
+class FirstValueReader(Node):
+    """Records what it reads on ``x`` at each update (None, or the first value)."""
+
+    x = Input(optional=True)
+
+    def __init__(self, period: float) -> None:
+        super().__init__(period=period, seed=0)
+        self.seen: list[float | None] = []
+
+    def on_update(self, dt: float) -> None:
+        m = self.x.read()
+        self.seen.append(None if m is None else float(m[0]))
+
+
+class Drawer(Node):
+    """Draws from its generator at each update and keeps the last draw (a tensor of its state)."""
+
+    def __init__(self, device: str = "cpu", log: list[str] | None = None) -> None:
+        super().__init__(period=0.25, seed=3, device=device)
+        self.last = torch.zeros(4, device=device)
+        self.log = log
+
+    def on_start(self) -> None:
+        if self.log is not None:
+            self.log.append("on_start")
+
+    def on_update(self, dt: float) -> None:
+        self.last = torch.randn(4, generator=self.generator, device=self.device)

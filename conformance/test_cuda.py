@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, Plain, vt
+from _support import HANG_GUARD, Bag, Drawer, Plain, vt
 
 import mujou
 from mujou import Input, Node, Output
@@ -1276,22 +1276,6 @@ def test_a_cpu_node_leaves_the_current_stream_alone() -> None:
 
 # --------------------------------------------------------------------------------------------
 # cuda.state-restores-on-cuda-only
-
-
-class Drawer(Node):
-    """Draws from its generator at each update and keeps the last draw (a tensor of its state)."""
-
-    def __init__(self, device: str = "cpu", log: list[str] | None = None) -> None:
-        super().__init__(period=0.25, seed=3, device=device)
-        self.last = torch.zeros(4, device=device)
-        self.log = log
-
-    def on_start(self) -> None:
-        if self.log is not None:
-            self.log.append("on_start")
-
-    def on_update(self, dt: float) -> None:
-        self.last = torch.randn(4, generator=self.generator, device=self.device)
 
 
 def saved_as_cuda(tree: dict[str, Any], name: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, DtRecorder, Plain, vt, wait_until
+from _support import HANG_GUARD, Bag, DtRecorder, FirstValueReader, Plain, vt, wait_until
 
 import mujou
 from mujou import Input, Net, Node, Output
@@ -1076,25 +1076,11 @@ class SendsTwice(Node):
         self.sent.set()
 
 
-class FirstValues(Node):
-    """Records the first value it reads on ``x`` in each update (None: no message)."""
-
-    x = Input()
-
-    def __init__(self, period: float) -> None:
-        super().__init__(period=period, seed=0)
-        self.seen: list[float | None] = []
-
-    def on_update(self, dt: float) -> None:
-        m = self.x.read()
-        self.seen.append(None if m is None else float(m[0]))
-
-
 @pytest.mark.rule("ports.read-latest", "visibility.virtual")
 def test_the_last_of_two_sends_in_an_update_is_the_latest_virtual() -> None:
     """> `Input.read()` returns the latest visible message of the port's source: of two messages
     > sent in one update, the second, for the readers of the next updates and for the host."""
-    src, sink = SendsTwice(every_update=True), FirstValues(0.25)
+    src, sink = SendsTwice(every_update=True), FirstValueReader(0.25)
     net = Bag(src=src, sink=sink)
     net.connect(src.y, sink.x)
     with mujou.run(net, timer=vt(), workers=1) as run:
@@ -1111,7 +1097,7 @@ def test_the_last_of_two_sends_in_an_update_is_the_latest_real_time() -> None:
 
     The source sends only in its first update. The reader's update that records after the one
     in progress when the sends were done started after them."""
-    src, sink = SendsTwice(every_update=False), FirstValues(0.002)
+    src, sink = SendsTwice(every_update=False), FirstValueReader(0.002)
     net = Bag(src=src, sink=sink)
     net.connect(src.y, sink.x)
     with mujou.run(net, workers=2) as run:

@@ -21,7 +21,7 @@ from itertools import accumulate, pairwise
 
 import pytest
 import torch
-from _support import Bag
+from _support import Bag, FirstValueReader
 from torch import nn
 
 import mujou
@@ -66,20 +66,6 @@ class Ticker(Node):
         self.dts.append(dt)
         self.count += 1
         self.out.send(torch.tensor([float(self.count)], dtype=torch.float64))
-
-
-class Reader(Node):
-    """Records what it reads on ``x`` at each update (None, or the first value)."""
-
-    x = Input(optional=True)
-
-    def __init__(self, period: float) -> None:
-        super().__init__(period=period, seed=0)
-        self.seen: list[float | None] = []
-
-    def on_update(self, dt: float) -> None:
-        m = self.x.read()
-        self.seen.append(None if m is None else float(m[0]))
 
 
 # --- sched.first-due ------------------------------------------------------------------------
@@ -390,11 +376,11 @@ def test_real_time_message_visible_after_send_returned() -> None:
 class VirtualVisibility(Net):
     def __init__(self) -> None:
         super().__init__()
-        self.before = Reader(0.25)  # registered before the writer
+        self.before = FirstValueReader(0.25)  # registered before the writer
         self.writer = Ticker(0.25)
-        self.after = Reader(0.25)  # registered after the writer
-        self.slow = Reader(0.5)
-        self.fast = Reader(0.125)
+        self.after = FirstValueReader(0.25)  # registered after the writer
+        self.slow = FirstValueReader(0.5)
+        self.fast = FirstValueReader(0.125)
         for reader in (self.before, self.after, self.slow, self.fast):
             self.connect(self.writer.out, reader.x)
 
@@ -424,7 +410,7 @@ def test_virtual_message_visible_only_after_its_due_time(workers: int) -> None:
 class HostWritten(Net):
     def __init__(self, period: float) -> None:
         super().__init__()
-        self.reader = Reader(period)
+        self.reader = FirstValueReader(period)
 
 
 @pytest.mark.rule("visibility.host-write")

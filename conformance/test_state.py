@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from _support import wait_until
+from _support import Drawer, wait_until
 from torch import nn
 
 import mujou
@@ -657,26 +657,10 @@ def test_tree_for_another_net_is_refused(
         run.sleep(0.25)
 
 
-class Drawing(Node):
-    """Draws from its generator on its device at each update; logs on_start into ``log``."""
-
-    def __init__(self, device: str, log: list[str] | None = None) -> None:
-        super().__init__(period=0.25, seed=3, device=device)
-        self.last = torch.zeros(4, device=device)
-        self.log = log
-
-    def on_start(self) -> None:
-        if self.log is not None:
-            self.log.append("on_start")
-
-    def on_update(self, dt: float) -> None:
-        self.last = torch.randn(4, generator=self.generator, device=self.device)
-
-
 class OneDrawing(Net):
     def __init__(self, device: str, log: list[str] | None = None) -> None:
         super().__init__()
-        self.drawer = Drawing(device, log)
+        self.drawer = Drawer(device, log)
 
 
 @pytest.mark.cuda
