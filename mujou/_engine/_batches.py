@@ -105,10 +105,6 @@ class Workers:
         self.wake = True
         self.wake_host = True
 
-    def _needed(self) -> bool:
-        """Whether a worker is needed for something other than updates: a job, a pause, the stop."""
-        return bool(self.jobs) or self.paused or self.stopping
-
     def _quiet(self) -> None:
         """No update is held: the host may be waiting for that (a pause, a virtual instant)."""
         if self.paused or self.virtual:
@@ -150,7 +146,7 @@ class Workers:
         batch = self.batch[w]
         if batch.held:
             dues = self.queue.dues
-            # Still first, and nothing else needs the worker: _needed(), inlined (the idle path).
+            # Still first, and no job, pause or stop needs the worker.
             if (
                 (not dues or dues[0] > batch.due)
                 and self.running
@@ -358,7 +354,7 @@ class Workers:
             or batch.failed
             or batch.todo
             or not self.running
-            or self.jobs  # _needed(), inlined: this is the idle path
+            or self.jobs  # a job, a pause or the stop needs the worker
             or self.paused
             or self.stopping
         ):
