@@ -20,7 +20,7 @@ from typing import Any, cast
 import pytest
 import torch
 
-from mujou._engine._batches import EXIT, HOLD_BACK, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
+from mujou._engine._batches import EXIT, HOLD_BACK, JOB, KEEP, PARK, PROBE, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
 from mujou._engine._slot import START, STATE, Job, Slot, begin_update
@@ -66,6 +66,9 @@ class World:
         self.policy = Policy(self.slots, workers, virtual=virtual, scale=1.0, gil=gil)
         self.now = 0.0
         self.real = 1000.0  # perf_counter's time, for the GIL's hold-back
+        if gil:  # the CPU probe: each worker's thread always computes, or always waits
+            rates = [self.rng.choice([0.0, 1.0]) for _ in range(workers)]
+            self.policy.cpu_of = lambda w: self.real * rates[w]
         self.threads = [Thread(f"w{w}", worker=w) for w in range(workers)]
         self.threads += [Thread(f"d{slot.index}", slot=slot) for slot in self.policy.dedicated]
         self.parked_workers: list[Thread] = []  # the order workers parked in, the latest last
@@ -387,9 +390,9 @@ def test_random_nets_and_interleavings(seed: int) -> None:
     world.run()
 
 
-def started_policy(slots: list[Slot], workers: int) -> Policy:
+def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:
     """A real-time policy whose nodes have started and whose timer runs."""
-    policy = Policy(slots, workers, virtual=False, scale=1.0, gil=False)
+    policy = Policy(slots, workers, virtual=False, scale=1.0, gil=gil)
     for slot in slots:
         slot.started = True
     policy.start_timer()
@@ -418,6 +421,34 @@ def test_two_shared_batches_of_one_due_time_do_not_freeze_a_worker() -> None:
     policy.shared.append(second)
     kind, third = policy.next_for_worker(2, 0.01, 0.0)
     assert kind == RUN and isinstance(third, Batch) and third.todo == [rest[-1]]
+
+
+@pytest.mark.parametrize("computes", [False, True])
+def test_a_worker_takes_due_work_at_once_when_the_other_waits_outside_the_gil(computes: bool) -> None:
+    """Defect 10 of the engine issue: under the GIL a free worker leaves due work to a worker
+    in a short hook, but not to one whose thread waits (I/O, a sleep): the probe of its CPU
+    time tells, about PROBE after the first look, long before HOLD_BACK."""
+    slots = make_slots(random.Random(5), 2, 0.0)
+    for slot in slots:
+        slot.period = 0.01
+    policy = started_policy(slots, 2, gil=True)
+    clock = {"real": 5.0}
+    policy.cpu_of = lambda w: clock["real"] if computes else 1.0
+    kind, batch = policy.next_for_worker(0, 0.01, clock["real"])
+    assert kind == RUN and isinstance(batch, Batch) and batch.shared
+    index = batch.todo.pop()
+    begin_update(slots[index], 0.01, False)  # worker 0 is in its hook
+    clock["real"] += PROBE / 10
+    kind, hold = policy.next_for_worker(1, 0.01, clock["real"])
+    assert kind == WATCH and hold <= PROBE  # a first look: a window to judge by begins
+    clock["real"] += 2 * PROBE
+    kind, taken = policy.next_for_worker(1, 0.01, clock["real"])
+    if computes:  # a Python-bound hook: left to worker 0 until HOLD_BACK
+        assert kind == WATCH and taken >= HOLD_BACK - 3 * PROBE
+    else:  # a waiting one: worker 1 takes the other update, and the other watchers wake
+        assert kind == RUN and isinstance(taken, Batch) and len(taken.todo) == 1
+        assert policy.wake_workers == 2
+    assert check(policy, [(1, index)]) == []
 
 
 @pytest.mark.parametrize("workers", [1, 2])

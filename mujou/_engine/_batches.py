@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import MujouInternalError
@@ -26,6 +27,10 @@ QUEUED_JOB = -1  # holder: a job is queued for the node
 RUN, JOB, SLEEP, WATCH, SPIN, PARK, EXIT, KEEP = range(8)
 
 HOLD_BACK = 0.001  # seconds in a hook after which, under the GIL, another worker takes due work
+PROBE = 0.0001  # the shortest window over which a worker's CPU time tells a wait (NOTE below)
+PROBE_MAX = 0.01  # a longer window is stale: it may say more of the last hook than of this one
+WAITING = 0.25  # a worker whose thread ran less than this share of a window waits outside the GIL
+_NO_WINDOW = (-math.inf, 0.0, None)
 WATCH_DOUBLINGS = 3  # a watching worker waits up to HOLD_BACK * 2**3 (NOTE [ workers under the GIL ])
 BURST = 4  # worker updates due together that a worker wakes early for (NOTE [ waking for a burst ])
 MAX_LEAD = 0.0005  # seconds: the most a worker wakes early for a burst
@@ -87,6 +92,11 @@ class Workers:
         # NOTE [ workers under the GIL ]: when each worker entered the update it runs
         # (perf_counter; 0.0 for none, or a hook that waits outside the GIL).
         self.in_hook = [0.0] * workers if workers > 1 and gil else None
+        # The CPU seconds each worker's thread has used (the engine's probe; None: unknown
+        # here), and for each worker the window of the last look: (real, cpu) at its start,
+        # and what the window before said (None: nothing yet) (NOTE [ workers under the GIL ]).
+        self.cpu_of: Callable[[int], float] | None = None
+        self.cpu_seen: list[tuple[float, float, bool | None]] = [_NO_WINDOW] * workers
         # The timer time each idle worker wakes at by itself (inf: parked; -inf: not idle).
         self.until = [-math.inf] * workers
         self.patience = [0] * workers  # times in a row each worker watched
@@ -114,12 +124,15 @@ class Workers:
         """Wake a worker that sleeps past ``due`` (or parks): updates due then are queued or shared.
 
         So a hook that blocks never holds up an update another worker could run: the others
-        were asleep until later work when these nodes came back or were shared (the watchers'
-        longer waits, NOTE [ workers under the GIL ], count as on time).
+        were asleep until later work when these nodes came back or were shared. The watchers'
+        longer waits (NOTE [ workers under the GIL ]) count as on time, unless the engine can
+        probe the workers' CPU time: then a watcher wakes to look whether the hook waits.
         """
         if self.virtual or self.wake_worker >= 0:
             return
-        late = due + HOLD_BACK * (1 << WATCH_DOUBLINGS) * self.scale
+        late = due  # a watcher that can tell a waiting hook (the probe) looks now
+        if self.cpu_of is None:
+            late += HOLD_BACK * (1 << WATCH_DOUBLINGS) * self.scale
         until = self.until
         for w in range(self.workers):
             if until[w] > late:
@@ -296,6 +309,7 @@ class Workers:
         if self.in_hook is not None:  # NOTE [ workers under the GIL ]
             self.in_hook[w] = real
             self.patience[w] = 0
+            self.cpu_seen[w] = _NO_WINDOW  # a window on w begins after this
 
     def update_failed(self, batch: Batch) -> None:
         """An update of ``batch`` failed and was reported: the batch's worker stops it early."""
@@ -395,10 +409,16 @@ class Workers:
         NOTE [ workers under the GIL ]: while the GIL is enabled, one thread runs Python at a
         time, so short hooks run no faster on two workers than on one, and slower for the
         hand-offs. A free worker therefore takes due work at once when every other worker is
-        free, or when one of them has been in its hook for HOLD_BACK seconds (blocked, or
-        computing in torch outside the GIL: the worker that is about to be free is not the
-        only one); otherwise it leaves the work to the worker about to be free. A CUDA node's
-        hook waits for its stream outside the GIL: its worker counts as free.
+        free, or when one of them waits outside the GIL (blocked in I/O or a sleep, or a CUDA
+        node's hook waiting for its stream) or has been in its hook for HOLD_BACK seconds
+        (computing in torch outside the GIL: the worker that is about to be free is not the
+        only one); otherwise it leaves the work to the worker about to be free.
+
+        A worker waits when its thread used under WAITING of the time since the last look at
+        it: the engine's probe (``cpu_of``) reads the thread's CPU clock, only here. A look
+        with no recent window to judge by (none, or older than PROBE_MAX) starts one and
+        looks again PROBE later, so a waiting hook holds up the others for about PROBE, not
+        HOLD_BACK.
 
         Finding that out costs a wake-up, which under the GIL slows the worker running hooks,
         so a worker that keeps finding the others in short hooks looks less often: HOLD_BACK
@@ -407,16 +427,40 @@ class Workers:
         """
         assert self.in_hook is not None
         hold = 0.0
+        probing = False
         for other, began in enumerate(self.in_hook):
             if other != w and began:
                 left = HOLD_BACK - (real - began)
                 if left <= 0.0:
                     return 0.0
+                if self.cpu_of is not None:
+                    waits = self._waits(other, real)
+                    if waits is None:
+                        probing = True
+                    elif waits:
+                        self.wake_workers = 2  # the other watchers take the rest now
+                        self.wake = True
+                        return 0.0
                 if hold == 0.0 or left < hold:
                     hold = left
         if hold > 0.0:
+            if probing:
+                return min(hold, PROBE)
             hold += self._watch_delay(w) - HOLD_BACK
         return hold
+
+    def _waits(self, other: int, real: float) -> bool | None:
+        """Whether worker ``other``'s thread waits outside the GIL, by its CPU time since the
+        last look (None: no window to judge by; this look starts one)."""
+        assert self.cpu_of is not None
+        seen_real, seen_cpu, said = self.cpu_seen[other]
+        window = real - seen_real
+        if window < PROBE:  # the window goes on; what the one before it said stands
+            return said
+        cpu = self.cpu_of(other)
+        waits = None if window > PROBE_MAX else cpu - seen_cpu < WAITING * window
+        self.cpu_seen[other] = (real, cpu, waits)
+        return waits
 
     def _watch_delay(self, w: int) -> float:
         """HOLD_BACK, doubled each time worker ``w`` watched in a row, up to 8 times."""

@@ -51,7 +51,7 @@ from ._hooks import Hooks, HookThread
 from ._policy import Policy
 from ._restore import check_schedule, restore_schedule
 from ._slot import RESTORE, START, Job, Slot
-from ._threads import Parking, dedicated_main, guarded, worker_main
+from ._threads import CpuClocks, Parking, dedicated_main, guarded, worker_main
 
 if TYPE_CHECKING:
     from .._node import Node
@@ -81,6 +81,9 @@ class Engine:
             self.slots, workers, virtual=self.virtual, scale=self.clock.scale, gil=gil_enabled()
         )
         self.hooks = Hooks(self.slots, trace)
+        self.cpu_clocks: CpuClocks | None = None
+        if self.policy.in_hook is not None and CpuClocks.available():
+            self.cpu_clocks = self.policy.cpu_of = CpuClocks(workers)
         self.parking = Parking(self.lock, workers + len(self.policy.dedicated))
         self._gates = {slot.index: workers + k for k, slot in enumerate(self.policy.dedicated)}
         self.workers = workers

@@ -38,6 +38,8 @@ class Policy(Workers):
         "batch",
         "bursts",
         "busy",
+        "cpu_of",
+        "cpu_seen",
         "dedicated",
         "deferred",
         "error",

@@ -14,6 +14,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -29,6 +30,37 @@ if TYPE_CHECKING:
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 _yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))  # releases the GIL
 _perf_counter = time.perf_counter
+# The CPU clock of a thread, by its ident (Unix): what tells a hook waiting outside the GIL.
+_thread_cpu_clock: Callable[[int], int] | None = getattr(time, "pthread_getcpuclockid", None)
+
+
+class CpuClocks:
+    """The CPU seconds each worker's thread has used: the policy's probe (``Workers.cpu_of``,
+    NOTE [ workers under the GIL ]). Read under the lock, by another worker, only when it
+    considers holding back; nan for a thread it cannot read (not started, or ended)."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self, workers: int) -> None:
+        self._ids: list[int | None] = [None] * workers  # clock ids (negative numbers, on Linux)
+
+    @staticmethod
+    def available() -> bool:
+        return _thread_cpu_clock is not None
+
+    def register(self, w: int) -> None:
+        """Called by worker ``w``'s thread as it starts."""
+        if _thread_cpu_clock is not None:
+            self._ids[w] = _thread_cpu_clock(threading.get_ident())
+
+    def __call__(self, w: int) -> float:
+        clock = self._ids[w]
+        if clock is None:
+            return math.nan
+        try:
+            return time.clock_gettime(clock)
+        except OSError:  # the thread ended: its clock is gone
+            return math.nan
 
 
 class Parking:
@@ -117,6 +149,8 @@ def worker_main(engine: Engine, w: int) -> None:
     next_for_worker, now_of = policy.next_for_worker, clock.now
     gil = policy.in_hook is not None
     busy = engine.worker_busy
+    if engine.cpu_clocks is not None:
+        engine.cpu_clocks.register(w)
     run = batch_runner(engine, w)
     while True:
         with lock:
