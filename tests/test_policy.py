@@ -20,7 +20,8 @@ from typing import Any, cast
 import pytest
 import torch
 
-from mujou._engine._batches import EXIT, HOLD_BACK, JOB, KEEP, PARK, PROBE, RUN, SLEEP, SPIN, WATCH, Batch
+from mujou._engine._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
+from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
 from mujou._engine._slot import START, STATE, Job, Slot, begin_update
@@ -68,7 +69,8 @@ class World:
         self.real = 1000.0  # perf_counter's time, for the GIL's hold-back
         if gil:  # the CPU probe: each worker's thread always computes, or always waits
             rates = [self.rng.choice([0.0, 1.0]) for _ in range(workers)]
-            self.policy.cpu_of = lambda w: self.real * rates[w]
+            if self.policy.gil is not None:
+                self.policy.gil.cpu_of = lambda w: self.real * rates[w]
         self.threads = [Thread(f"w{w}", worker=w) for w in range(workers)]
         self.threads += [Thread(f"d{slot.index}", slot=slot) for slot in self.policy.dedicated]
         self.parked_workers: list[Thread] = []  # the order workers parked in, the latest last
@@ -433,7 +435,8 @@ def test_a_worker_takes_due_work_at_once_when_the_other_waits_outside_the_gil(co
         slot.period = 0.01
     policy = started_policy(slots, 2, gil=True)
     clock = {"real": 5.0}
-    policy.cpu_of = lambda w: clock["real"] if computes else 1.0
+    assert policy.gil is not None
+    policy.gil.cpu_of = lambda w: clock["real"] if computes else 1.0
     kind, batch = policy.next_for_worker(0, 0.01, clock["real"])
     assert kind == RUN and isinstance(batch, Batch) and batch.shared
     index = batch.todo.pop()

@@ -2,18 +2,19 @@
 
 ``Workers`` is the base of ``Policy`` (``_policy.py``), which adds the host's side, jobs,
 dedicated threads and the stop; it is split off to keep each part readable. Its NOTEs say
-how workers share batches under the GIL, wake early for a burst and keep a batch.
+how workers wake early for a burst and keep a batch; ``_gil.py`` how they share batches under
+the GIL.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from .._errors import MujouInternalError
 from .._schedule import DueQueue
+from ._gil import HOLD_BACK, WATCH_DOUBLINGS, HoldBack
 from ._slot import Job, Slot
 
 FREE = 0  # holder: in no thread's hands
@@ -26,12 +27,6 @@ QUEUED_JOB = -1  # holder: a job is queued for the node
 # batch ]: one worker, so only a notify can change what it should do); after a notify, ask again.
 RUN, JOB, SLEEP, WATCH, SPIN, PARK, EXIT, KEEP = range(8)
 
-HOLD_BACK = 0.001  # seconds in a hook after which, under the GIL, another worker takes due work
-PROBE = 0.0001  # the shortest window over which a worker's CPU time tells a wait (NOTE below)
-PROBE_MAX = 0.01  # a longer window is stale: it may say more of the last hook than of this one
-WAITING = 0.25  # a worker whose thread ran less than this share of a window waits outside the GIL
-_NO_WINDOW = (-math.inf, 0.0, None)
-WATCH_DOUBLINGS = 3  # a watching worker waits up to HOLD_BACK * 2**3 (NOTE [ workers under the GIL ])
 BURST = 4  # worker updates due together that a worker wakes early for (NOTE [ waking for a burst ])
 MAX_LEAD = 0.0005  # seconds: the most a worker wakes early for a burst
 FIRST_LEAD = 0.0002  # seconds: the lead before any timed wake-up was measured
@@ -89,17 +84,9 @@ class Workers:
         self.queue = DueQueue()  # worker nodes waiting for their next update
         self.batch = [Batch() for _ in range(workers)]  # each worker's
         self.shared: list[Batch] = []  # batches being run that other workers may take from
-        # NOTE [ workers under the GIL ]: when each worker entered the update it runs
-        # (perf_counter; 0.0 for none, or a hook that waits outside the GIL).
-        self.in_hook = [0.0] * workers if workers > 1 and gil else None
-        # The CPU seconds each worker's thread has used (the engine's probe; None: unknown
-        # here), and for each worker the window of the last look: (real, cpu) at its start,
-        # and what the window before said (None: nothing yet) (NOTE [ workers under the GIL ]).
-        self.cpu_of: Callable[[int], float] | None = None
-        self.cpu_seen: list[tuple[float, float, bool | None]] = [_NO_WINDOW] * workers
+        self.gil = HoldBack(workers) if workers > 1 and gil else None  # NOTE in _gil.py
         # The timer time each idle worker wakes at by itself (inf: parked; -inf: not idle).
         self.until = [-math.inf] * workers
-        self.patience = [0] * workers  # times in a row each worker watched
         self.waker = -1  # the worker that wakes for the next due update, and when that is
         self.waker_due = math.inf
         self.lead = FIRST_LEAD  # real seconds a worker wakes early for a burst (learnt)
@@ -131,7 +118,7 @@ class Workers:
         if self.virtual or self.wake_worker >= 0:
             return
         late = due  # a watcher that can tell a waiting hook (the probe) looks now
-        if self.cpu_of is None:
+        if self.gil is None or self.gil.cpu_of is None:
             late += HOLD_BACK * (1 << WATCH_DOUBLINGS) * self.scale
         until = self.until
         for w in range(self.workers):
@@ -189,9 +176,9 @@ class Workers:
                 if self.virtual:
                     return PARK, None
                 timeout = (due - now) / self.scale
-                if self.in_hook is not None and self.waker_due <= due:
+                if self.gil is not None and self.waker_due <= due:
                     # The waker takes it: this one watches (NOTE [ workers under the GIL ]).
-                    return self._idle(w, WATCH, timeout + self._watch_delay(w), now)
+                    return self._idle(w, WATCH, timeout + self.gil.watch_delay(w), now)
                 self.waker, self.waker_due = w, due
                 if self.bursts and self.spinner < 0 and other is None and self._burst_at(due, 0):
                     if timeout - self.lead <= 0.0:  # NOTE [ waking for a burst ]
@@ -201,10 +188,13 @@ class Workers:
                         return self._wait_held(w, taken, now)
                     return self._idle(w, SLEEP, timeout - self.lead, now)
                 return self._idle(w, SLEEP, timeout, now)
-            if self.in_hook is not None:
-                hold = self._hold_back(w, real)
+            if self.gil is not None:
+                hold, waits = self.gil.hold(w, real)
                 if hold > 0.0:
                     return self._idle(w, WATCH, hold, now)
+                if waits:  # a hook waits outside the GIL: the other watchers take the rest now
+                    self.wake_workers = 2
+                    self.wake = True
             if other is None:
                 taken = self._take_queued(w, real)
             else:
@@ -306,10 +296,8 @@ class Workers:
         return False
 
     def _note_taken(self, w: int, real: float) -> None:
-        if self.in_hook is not None:  # NOTE [ workers under the GIL ]
-            self.in_hook[w] = real
-            self.patience[w] = 0
-            self.cpu_seen[w] = _NO_WINDOW  # a window on w begins after this
+        if self.gil is not None:
+            self.gil.taken(w, real)
 
     def update_failed(self, batch: Batch) -> None:
         """An update of ``batch`` failed and was reported: the batch's worker stops it early."""
@@ -317,8 +305,8 @@ class Workers:
 
     def _put_back(self, w: int, batch: Batch) -> None:
         """The nodes of ``batch`` go back: those that ran, and those left."""
-        if self.in_hook is not None:
-            self.in_hook[w] = 0.0
+        if self.gil is not None:
+            self.gil.in_hook[w] = 0.0
         if batch.shared:
             self.shared.remove(batch)
             batch.shared = False
@@ -402,68 +390,3 @@ class Workers:
         """A timed wait for a due update woke ``late`` real seconds after its deadline."""
         # A moving average of the last few, doubled: most wake-ups come before the lead.
         self.lead = min(MAX_LEAD, 0.875 * self.lead + 0.125 * 2.0 * max(0.0, late))
-
-    def _hold_back(self, w: int, real: float) -> float:
-        """How long worker ``w`` leaves due work to a worker in a short hook, or 0.0.
-
-        NOTE [ workers under the GIL ]: while the GIL is enabled, one thread runs Python at a
-        time, so short hooks run no faster on two workers than on one, and slower for the
-        hand-offs. A free worker therefore takes due work at once when every other worker is
-        free, or when one of them waits outside the GIL (blocked in I/O or a sleep, or a CUDA
-        node's hook waiting for its stream) or has been in its hook for HOLD_BACK seconds
-        (computing in torch outside the GIL: the worker that is about to be free is not the
-        only one); otherwise it leaves the work to the worker about to be free.
-
-        A worker waits when its thread used under WAITING of the time since the last look at
-        it: the engine's probe (``cpu_of``) reads the thread's CPU clock, only here. A look
-        with no recent window to judge by (none, or older than PROBE_MAX) starts one and
-        looks again PROBE later, so a waiting hook holds up the others for about PROBE, not
-        HOLD_BACK.
-
-        Finding that out costs a wake-up, which under the GIL slows the worker running hooks,
-        so a worker that keeps finding the others in short hooks looks less often: HOLD_BACK
-        later, then twice, four and eight times that. And when workers wait for the next due
-        update, one of them (``waker``) wakes for it, the others that much later.
-        """
-        assert self.in_hook is not None
-        hold = 0.0
-        probing = False
-        for other, began in enumerate(self.in_hook):
-            if other != w and began:
-                left = HOLD_BACK - (real - began)
-                if left <= 0.0:
-                    return 0.0
-                if self.cpu_of is not None:
-                    waits = self._waits(other, real)
-                    if waits is None:
-                        probing = True
-                    elif waits:
-                        self.wake_workers = 2  # the other watchers take the rest now
-                        self.wake = True
-                        return 0.0
-                if hold == 0.0 or left < hold:
-                    hold = left
-        if hold > 0.0:
-            if probing:
-                return min(hold, PROBE)
-            hold += self._watch_delay(w) - HOLD_BACK
-        return hold
-
-    def _waits(self, other: int, real: float) -> bool | None:
-        """Whether worker ``other``'s thread waits outside the GIL, by its CPU time since the
-        last look (None: no window to judge by; this look starts one)."""
-        assert self.cpu_of is not None
-        seen_real, seen_cpu, said = self.cpu_seen[other]
-        window = real - seen_real
-        if window < PROBE:  # the window goes on; what the one before it said stands
-            return said
-        cpu = self.cpu_of(other)
-        waits = None if window > PROBE_MAX else cpu - seen_cpu < WAITING * window
-        self.cpu_seen[other] = (real, cpu, waits)
-        return waits
-
-    def _watch_delay(self, w: int) -> float:
-        """HOLD_BACK, doubled each time worker ``w`` watched in a row, up to 8 times."""
-        patience = self.patience[w]
-        self.patience[w] = min(patience + 1, WATCH_DOUBLINGS)
-        return HOLD_BACK * (1 << patience)

@@ -82,8 +82,8 @@ class Engine:
         )
         self.hooks = Hooks(self.slots, trace)
         self.cpu_clocks: CpuClocks | None = None
-        if self.policy.in_hook is not None and CpuClocks.available():
-            self.cpu_clocks = self.policy.cpu_of = CpuClocks(workers)
+        if self.policy.gil is not None and CpuClocks.available():
+            self.cpu_clocks = self.policy.gil.cpu_of = CpuClocks(workers)
         self.parking = Parking(self.lock, workers + len(self.policy.dedicated))
         self._gates = {slot.index: workers + k for k, slot in enumerate(self.policy.dedicated)}
         self.workers = workers

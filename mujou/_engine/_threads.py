@@ -35,7 +35,7 @@ _thread_cpu_clock: Callable[[int], int] | None = getattr(time, "pthread_getcpucl
 
 
 class CpuClocks:
-    """The CPU seconds each worker's thread has used: the policy's probe (``Workers.cpu_of``,
+    """The CPU seconds each worker's thread has used: the policy's probe (``HoldBack.cpu_of``,
     NOTE [ workers under the GIL ]). Read under the lock, by another worker, only when it
     considers holding back; nan for a thread it cannot read (not started, or ended)."""
 
@@ -147,7 +147,7 @@ def worker_main(engine: Engine, w: int) -> None:
     """Worker ``w``: ask the policy what to do next, do it, tell the policy, again."""
     lock, policy, clock, parking = engine.lock, engine.policy, engine.clock, engine.parking
     next_for_worker, now_of = policy.next_for_worker, clock.now
-    gil = policy.in_hook is not None
+    gil = policy.gil is not None
     busy = engine.worker_busy
     if engine.cpu_clocks is not None:
         engine.cpu_clocks.register(w)
@@ -200,7 +200,8 @@ def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
         engine.hooks.call,
         engine.lock,
     )
-    in_hook, traced, now_of = policy.in_hook, engine.hooks.trace is not None, clock.now
+    in_hook = policy.gil.in_hook if policy.gil is not None else None
+    traced, now_of = engine.hooks.trace is not None, clock.now
     inf = float("inf")
 
     def run(batch: Batch, start: float) -> float:
