@@ -454,6 +454,30 @@ def test_a_worker_takes_due_work_at_once_when_the_other_waits_outside_the_gil(co
     assert check(policy, [(1, index)]) == []
 
 
+def test_workers_parked_while_a_start_runs_exit_when_it_fails_during_the_stop() -> None:
+    """Found by the simulator: worker 0 parks, stopping, while worker 1 runs node b's on_start;
+    that on_start fails, so b needs no stop job, and worker 0 must still be woken to exit (it
+    stayed parked, and the run's stop waited for it forever)."""
+    slots = make_slots(random.Random(11), 2, 0.0)
+    policy = Policy(slots, 2, virtual=False, scale=1.0, gil=False)
+    policy.queue_jobs([(slot, Job(START)) for slot in slots])
+    kinds = [policy.next_for_worker(w, 0.0, 0.0) for w in (0, 1)]
+    assert [kind for kind, _ in kinds] == [JOB, JOB]
+    (a, a_job), (b, b_job) = kinds[0][1], kinds[1][1]
+    a_job.error = RuntimeError("a failed")
+    a.hook = "on_start"
+    policy.fail(a, a_job.error)
+    policy.job_done(a, a_job, 1)
+    assert policy.next_for_worker(0, 0.0, 0.0)[0] == PARK  # b is still in a worker's hands
+    policy.delivered()
+    b_job.error = RuntimeError("b failed")
+    b.hook = "on_start"
+    policy.fail(b, b_job.error)
+    policy.job_done(b, b_job, 2)
+    assert policy.wake and policy.wake_workers == 2
+    assert [policy.next_for_worker(w, 0.0, 0.0)[0] for w in (0, 1)] == [EXIT, EXIT]
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_pause_puts_back_a_held_batch(workers: int) -> None:
     slots = make_slots(random.Random(3), 1, 0.0)

@@ -308,6 +308,8 @@ class Policy(Workers):
             self._update_paused()
         if self.stopping:
             self._queue_stop(slot)
+            if not slot.dedicated and self._worker_may_exit():
+                self._wake_everyone()  # the parked workers were waiting for this node
         if kind != STOP:
             self.pending -= 1
             if self.pending == 0:
