@@ -144,7 +144,7 @@ def _feed(update: Update, value: Any, active: dict[int, int], buffers: list[memo
         if kind is set:
             parts = []
             for item in value:  # a set's order is not kept: its elements' digests, sorted
-                part, theirs = hashlib.sha256(), []
+                part, theirs = hashlib.sha256(), list[memoryview]()
                 _feed(part.update, item, active, theirs)
                 part.update(b"".join(crc.to_bytes(4, "little") for crc in _crcs(theirs)))
                 parts.append(part.digest())

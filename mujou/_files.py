@@ -48,7 +48,7 @@ _TAIL = re.compile(r"([0-9a-f]{8})-([0-9]{1,10})-([0-9a-f]{8})-[0-9a-f]{8}\.tmp"
 _NEW_FILE_MODE = 0o666  # what open(path, "w") asks for; the umask takes its bits off
 
 
-def _machine_tag() -> str:
+def _host_tag() -> str:
     """8 hex digits naming this host: where a PID may name a process."""
     name = ""
     with contextlib.suppress(OSError):
@@ -56,7 +56,7 @@ def _machine_tag() -> str:
     return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
-_MACHINE = _machine_tag()
+_HOST = _host_tag()
 
 
 def file_path(name: str, value: object) -> Path:
@@ -111,7 +111,7 @@ class Temporary:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
         while True:
             self.path = target.with_name(
-                f".{target.name}.{_MACHINE}-{os.getpid()}-{_RUN}-{secrets.token_hex(4)}.tmp"
+                f".{target.name}.{_HOST}-{os.getpid()}-{_RUN}-{secrets.token_hex(4)}.tmp"
             )
             try:
                 self.handle = os.open(self.path, flags, _NEW_FILE_MODE)
@@ -166,7 +166,7 @@ def remove_stale(target: Path) -> list[str]:
         if not name.startswith(prefix):
             continue
         match = _TAIL.fullmatch(name, len(prefix))
-        if match is None or match[1] != _MACHINE:
+        if match is None or match[1] != _HOST:
             continue
         pid, run = int(match[2]), match[3]
         # With this process's PID, only an earlier process that had it: another RUN tag.

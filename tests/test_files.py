@@ -32,7 +32,7 @@ def name(target: str, machine: str, pid: int, run: str, random: str = "0123abcd"
 
 @pytest.mark.skipif(not POSIX, reason="the writer's PID is checked on POSIX only")
 def test_which_temporary_files_are_stale(tmp_path: Path) -> None:
-    machine, run, me = _files._MACHINE, _files._RUN, os.getpid()
+    machine, run, me = _files._HOST, _files._RUN, os.getpid()
     other_run = "ffffffff" if run != "ffffffff" else "eeeeeeee"
     other_machine = "00000000" if machine != "00000000" else "11111111"
     gone = dead_pid()
@@ -71,7 +71,7 @@ def test_the_temporary_file_follows_the_naming_and_is_locked_until_committed(tmp
     assert temporary.path.parent == tmp_path
     match = _files._TAIL.fullmatch(temporary.path.name, len(".s.pt."))
     assert match is not None, temporary.path.name
-    assert (match[1], int(match[2]), match[3]) == (_files._MACHINE, os.getpid(), _files._RUN)
+    assert (match[1], int(match[2]), match[3]) == (_files._HOST, os.getpid(), _files._RUN)
     assert _files.remove_stale(tmp_path / "s.pt") == [], "this process's own file is stale"
     if POSIX:
         assert not _files._remove_unlocked(temporary.path), "removed while its writer holds it"
@@ -84,7 +84,7 @@ def test_a_file_whose_writer_holds_its_lock_is_kept_whatever_its_pid(tmp_path: P
     """A writer of another PID namespace: its PID means nothing here, its lock holds."""
     import fcntl
 
-    stale = tmp_path / name("s.pt", _files._MACHINE, dead_pid(), "ffffffff")
+    stale = tmp_path / name("s.pt", _files._HOST, dead_pid(), "ffffffff")
     stale.write_text("x", encoding="utf-8")
     writer = os.open(stale, os.O_RDONLY)
     try:
