@@ -39,6 +39,7 @@ DOCUMENTED_API = frozenset(
         "RunStats",
         "NodeStats",
         "MujouInternalError",
+        "StateFileError",
     }
 )
 

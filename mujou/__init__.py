@@ -9,6 +9,7 @@ from ._errors import LeakedSettingWarning as LeakedSettingWarning
 from ._errors import MujouInternalError as MujouInternalError
 from ._errors import MujouWarning as MujouWarning
 from ._errors import OversubscriptionWarning as OversubscriptionWarning
+from ._errors import StateFileError as StateFileError
 from ._net import Net as Net
 from ._node import Node as Node
 from ._ports import Input as Input
@@ -41,6 +42,7 @@ __all__ = [
     "RealTimeTimer",
     "Run",
     "RunStats",
+    "StateFileError",
     "Subscription",
     "Timer",
     "VirtualTimer",

@@ -29,6 +29,29 @@ def _text(exc: BaseException) -> str:
         return f"<str() of the exception raised {type(error).__name__}>"
 
 
+class StateFileError(ValueError):
+    """A file that :func:`mujou.load` cannot read as a state tree, and why.
+
+    The file is empty, truncated, not one ``torch.save`` writes, damaged (its content does not
+    match the checksum ``mujou.save`` wrote), holds objects a state file may not hold, or holds
+    no tree. A ``ValueError``, so that ``except ValueError`` still catches it; its own class lets
+    a resume fall back to an older checkpoint without catching other errors. The cause, when
+    there is one, is the ``__cause__``. See :ref:`state.load-errors`.
+
+    Attributes:
+        path: The file, as given to ``mujou.load``.
+        reason: What is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot load the state file {path!r}: {reason}")
+        self.path = path
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[StateFileError], tuple[str, str]]:
+        return (type(self), (self.path, self.reason))
+
+
 class MujouInternalError(Exception):
     """A broken invariant inside Mujou: a bug in Mujou, not in the net. Please file it."""
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextvars
-import math
-import numbers
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ._devices import parse_device
+from ._numbers import positive
 from ._ports import Input, _Port
 from ._state import cpu_copy, is_stateful, load_errors_message
 
@@ -87,14 +86,7 @@ class NodeCore:
 
 
 def _check_period(period: object) -> float:
-    if isinstance(period, bool) or not isinstance(period, numbers.Real):
-        raise TypeError(
-            f"period must be a real number of seconds > 0, got {type(period).__name__}: {period!r}"
-        )
-    value = float(period)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"period must be a finite number of seconds > 0, got {period!r}")
-    return value
+    return positive("period", period)  # run.number-arguments
 
 
 def _check_seed(seed: object) -> int | None:

@@ -6,8 +6,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
-import numbers
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, final
@@ -19,6 +17,7 @@ from ._engine import Engine, in_hook_thread
 from ._engine._snapshot import progress_sample, run_stats
 from ._errors import HookError
 from ._net import Net
+from ._numbers import non_negative, shown
 from ._ports import Input, Output, _Port
 from ._stats import RunStats
 from ._subscription import Subscription
@@ -149,6 +148,11 @@ class Run:
         """
         self._host_call("wait_for")
         checked = self._port(port)
+        if predicate is not None and not callable(predicate):  # run.call-arguments
+            raise TypeError(
+                "predicate must be a callable taking the message and returning a bool, or None, "
+                f"got {type(predicate).__name__}: {shown(predicate)}"
+            )
         until = None if timeout is None else self.time + _seconds("timeout", timeout)
         source = checked.source if isinstance(checked, Input) and checked.source else checked
         found: list[torch.Tensor] = []
@@ -312,9 +316,4 @@ class Run:
 
 
 def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}: {value!r}")
-    seconds = float(value)
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return seconds
+    return non_negative(name, value, optional=name == "timeout")  # run.number-arguments

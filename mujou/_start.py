@@ -49,11 +49,12 @@ def run(
         inputs: First messages of inputs the host feeds (inputs without a source).
         state: A state tree from :meth:`Run.state_dict` (or :func:`mujou.load`) to resume.
         trace: A file to write a Chrome/Perfetto trace of the run to when it ends
-            (see :ref:`observe.trace`).
+            (see :ref:`observe.trace`); it is created (as a temporary file beside it) now.
         progress: Print a live progress line to stderr (see :ref:`observe.progress`).
 
     Raises:
         TypeError, ValueError: an argument is not allowed; nothing was started.
+        OSError: the ``trace`` file cannot be written; nothing was started.
         RuntimeError: a node of the net is in a run that has not ended.
         HookError: an ``on_start`` hook raised; the started nodes were stopped.
     """
@@ -84,14 +85,20 @@ def run(
         raise TypeError(f"trace must be a file path or None, got {type(trace).__name__}: {trace!r}")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}: {progress!r}")
-    engine = Engine(nodes, workers, timer, None if trace is None else TraceRecorder(trace))
-    restore: list[Any] | None = None
-    meta: dict[str, Any] = {}
-    if state is not None:
-        problems, restore, meta = engine.check_state(state)
-        if problems:
-            raise ValueError(mismatch_message(problems))
-    engine.claim()
+    recorder = None if trace is None else TraceRecorder(trace)  # creates the file (observe.trace-start)
+    try:
+        engine = Engine(nodes, workers, timer, recorder)
+        restore: list[Any] | None = None
+        meta: dict[str, Any] = {}
+        if state is not None:
+            problems, restore, meta = engine.check_state(state)
+            if problems:
+                raise ValueError(mismatch_message(problems))
+        engine.claim()
+    except BaseException:
+        if recorder is not None:  # refused before any hook ran: no trace, no file left
+            recorder.discard()
+        raise
     try:
         _sync_host_streams(nodes)
         load_errors = engine.start(restore)

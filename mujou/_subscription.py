@@ -11,6 +11,7 @@ from typing import final
 
 import torch
 
+from ._numbers import non_negative
 from ._ports import _Port
 
 _POLL = 0.5  # real seconds: the longest get() sleeps before it looks again (run.interrupt)
@@ -100,7 +101,9 @@ class Subscription:
             RuntimeError: the subscription is closed, the run ended with none left, or the
                 run is under the virtual timer and none is waiting.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = (
+            None if timeout is None else time.monotonic() + non_negative("timeout", timeout, optional=True)
+        )
         with self._cond:
             while not self._buffer:
                 if self._closed:

@@ -6,9 +6,10 @@ time is moved by the host's calls on the run (see :ref:`timers.virtual`).
 
 from __future__ import annotations
 
-import math
 import time
 from typing import final
+
+from ._numbers import positive
 
 _monotonic = time.monotonic  # bound once: the scheduler reads the time several times per update
 
@@ -38,11 +39,7 @@ class RealTimeTimer(Timer):
 
     def __init__(self, *, scale: float = 1.0) -> None:
         super().__init__()
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-            raise TypeError(f"scale must be a real number > 0, got {type(scale).__name__}: {scale!r}")
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-        self.scale = float(scale)
+        self.scale = positive("scale", scale, unit="")  # run.number-arguments
 
     def __repr__(self) -> str:
         return f"RealTimeTimer(scale={self.scale!r})"

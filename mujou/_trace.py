@@ -4,7 +4,9 @@ The format is the Chrome trace event format's JSON object form
 (``{"traceEvents": [...]}``), which Perfetto UI and ``chrome://tracing`` load.
 See :ref:`observe.trace`.
 
-The slices are streamed to a temporary file beside the target while the run runs, so memory
+The temporary file beside the target is created when the recorder is (at the run's start), so
+a path that cannot be written is refused then (:ref:`observe.trace-start`). The slices are
+streamed to it while the run runs, so memory
 stays bounded however long it runs: each recording thread keeps up to :data:`CHUNK` slices of
 its own (no lock on the hook path), then hands them to a writer thread, which encodes and
 writes them. At most :data:`MAX_PENDING` chunks wait for the writer: a thread that has one
@@ -19,12 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any, TextIO
+
+from ._files import Temporary, reworded
 
 CHUNK = 1024  # slices a recording thread keeps before it hands them to the writer
 MAX_PENDING = 64  # chunks waiting for the writer at most (with CHUNK, about 20 MB)
@@ -44,10 +47,16 @@ class _Track:
 
 
 class TraceRecorder:
-    """Streams hook slices to a temporary file while the run runs; completes it when it ends."""
+    """Streams hook slices to a temporary file while the run runs; completes it when it ends.
+
+    Raises:
+        OSError: the temporary file cannot be created beside ``path``; the message names
+            ``trace=`` and the path.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._where = f"trace={os.fspath(path)!r}"
         self.origin = time.perf_counter()
         self.dropped = 0  # slices counted, not written (under _lock)
         self._local = threading.local()  # .track: the calling thread's _Track
@@ -60,10 +69,33 @@ class TraceRecorder:
         self._closing = False
         self._writer: threading.Thread | None = None
         # The writer's (or, at the end, write()'s) alone:
-        self._file: TextIO | None = None
-        self._temporary: Path | None = None
         self._written = 0  # events in the file
         self._error: Exception | None = None  # the file could not be written
+        self._file, self._temporary = self._create()
+
+    def _create(self) -> tuple[TextIO, Temporary]:
+        """Create the temporary file and open the array of events (observe.trace-start)."""
+        try:
+            if not os.path.lexists(self.path.parent):  # (a file there is refused as a parent)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = Temporary(self.path)
+        except OSError as exc:
+            raise reworded(exc, f"{self._where} cannot be written") from exc
+        file = os.fdopen(temporary.handle, "w", encoding="utf-8", buffering=1 << 16)
+        try:
+            file.write('{"traceEvents": [')
+        except BaseException:
+            file.close()
+            temporary.discard()
+            raise
+        return file, temporary
+
+    def discard(self) -> None:
+        """Remove the temporary file and write nothing: the run was refused before any hook ran."""
+        with self._lock:
+            self._closing = True
+        self._file.close()
+        self._temporary.discard()
 
     def record(
         self, node: str, hook: str, began: float, ended: float, update: tuple[float, float, float] | None
@@ -148,17 +180,10 @@ class TraceRecorder:
         return events
 
     def _append(self, events: list[dict[str, Any]]) -> None:
-        """Append ``events`` to the array of the temporary file (opened on first use)."""
-        file = self._file
-        if file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-            self._temporary = Path(temporary)
-            file = self._file = os.fdopen(handle, "w", encoding="utf-8", buffering=1 << 16)
-            file.write('{"traceEvents": [')
+        """Append ``events`` to the array of the temporary file."""
         if events:
             text = json.dumps(events)[1:-1]
-            file.write(text if self._written == 0 else ", " + text)
+            self._file.write(text if self._written == 0 else ", " + text)
             self._written += len(events)
 
     def write(self) -> None:
@@ -179,25 +204,27 @@ class TraceRecorder:
         else:
             self._write_pending()  # nothing was handed over while the run ran: write it here
         try:
-            if self._error is not None:
-                raise self._error
-            names: list[dict[str, Any]] = [
-                {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "mujou run"}}
-            ]
-            names += [
-                {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": thread}}
-                for thread, tid in self._tids.items()
-            ]
-            self._append(names)
-            file, temporary = self._file, self._temporary
-            assert file is not None and temporary is not None
-            other = {"producer": "mujou", "dropped_slices": self.dropped}
-            file.write(f'], "displayTimeUnit": "ms", "otherData": {json.dumps(other)}}}')
-            file.close()
-            os.replace(temporary, self.path)
-        except BaseException:
-            if self._file is not None:
-                self._file.close()
-            if self._temporary is not None:
-                self._temporary.unlink(missing_ok=True)
+            self._complete()
+        except BaseException as exc:
+            self._file.close()
+            self._temporary.discard()
+            if isinstance(exc, OSError):
+                raise reworded(exc, f"{self._where} could not be written") from exc
             raise
+
+    def _complete(self) -> None:
+        """Raise the error that stopped the writing, or end the file and rename it to the path."""
+        if self._error is not None:
+            raise self._error
+        names: list[dict[str, Any]] = [
+            {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "mujou run"}}
+        ]
+        names += [
+            {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": thread}}
+            for thread, tid in self._tids.items()
+        ]
+        self._append(names)
+        other = {"producer": "mujou", "dropped_slices": self.dropped}
+        self._file.write(f'], "displayTimeUnit": "ms", "otherData": {json.dumps(other)}}}')
+        self._file.close()
+        self._temporary.commit()

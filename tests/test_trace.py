@@ -7,7 +7,11 @@ runs and is renamed to it at the end (observe.trace: written atomically).
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -187,11 +191,19 @@ def test_a_run_with_many_hook_calls_writes_each_one(tmp_path: Path, monkeypatch:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
 
 
+class _FullDisk(io.StringIO):
+    """A file whose every write fails as a full disk's does."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
 def test_a_file_that_cannot_be_written_fails_at_the_end_and_the_hooks_go_on(tmp_path: Path) -> None:
-    """An error of the file stops the writing, never the recording; write() raises it."""
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory", encoding="utf-8")
-    recorder = TraceRecorder(blocker / "t.json")
+    """An error of the file stops the writing, never the recording; write() raises it, naming
+    trace= and the path, and leaves no file."""
+    recorder = TraceRecorder(tmp_path / "t.json")
+    recorder._file.close()
+    recorder._file = _FullDisk()  # the disk fills up after the start
     total = (MAX_PENDING + 3) * CHUNK  # more than the writer could hold if it waited for room
 
     def records() -> None:
@@ -202,7 +214,27 @@ def test_a_file_that_cannot_be_written_fails_at_the_end_and_the_hooks_go_on(tmp_
     thread.start()
     thread.join(GUARD)
     assert not thread.is_alive(), "the recording waits for a writer that cannot write"
-    with pytest.raises(OSError):
+    where = re.escape(f"trace={str(tmp_path / 't.json')!r}")
+    with pytest.raises(OSError, match=rf"^\[Errno {errno.ENOSPC}\] {where} could not be written: ") as info:
         recorder.write()
+    assert isinstance(info.value.__cause__, OSError)
     assert recorder.dropped == total
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_path_that_cannot_be_written_fails_when_the_recorder_is_made(tmp_path: Path) -> None:
+    """The temporary file is created at once (observe.trace-start): an error names trace=."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory", encoding="utf-8")
+    where = re.escape(f"trace={str(blocker / 't.json')!r}")
+    with pytest.raises(NotADirectoryError, match=rf"^\[Errno \d+\] {where} cannot be written: "):
+        TraceRecorder(blocker / "t.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_discard_leaves_no_file(tmp_path: Path) -> None:
+    """A recorder discarded (its run refused before any hook ran) leaves nothing behind."""
+    recorder = TraceRecorder(tmp_path / "t.json")
+    assert len(list(tmp_path.iterdir())) == 1
+    recorder.discard()
+    assert list(tmp_path.iterdir()) == []
