@@ -16,8 +16,8 @@ page shows the results of the last run of the conformance suite when it finds th
 
 from __future__ import annotations
 
+import ast
 import sys
-import tomllib
 import warnings
 from pathlib import Path
 
@@ -36,9 +36,21 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 LANGUAGES = {"en": "English", "ja": "日本語"}
 TITLES = {"en": "Mujou specification", "ja": "Mujou 仕様"}
 
-with (REPO / "pyproject.toml").open("rb") as file:
-    release = tomllib.load(file)["project"]["version"]
-version = release
+
+def _version() -> str:
+    """``mujou.__version__``, read from the source as pyproject.toml reads it (without torch)."""
+    tree = ast.parse((REPO / "mujou" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__version__" for target in node.targets
+        ):
+            value = ast.literal_eval(node.value)
+            if isinstance(value, str):
+                return value
+    raise ConfigError("mujou/__init__.py has no __version__ = '...'")
+
+
+release = version = _version()
 
 project = "Mujou"
 author = "The Mujou authors"

@@ -25,6 +25,8 @@ from ._timer import RealTimeTimer as RealTimeTimer
 from ._timer import Timer as Timer
 from ._timer import VirtualTimer as VirtualTimer
 
+#: The version of Mujou (PEP 440). The one place it is written: the package metadata
+#: (pyproject.toml), the docs and ``python -m mujou --version`` take it from here.
 __version__ = "0.1.0"
 
 __all__ = [

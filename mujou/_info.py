@@ -1,10 +1,12 @@
-"""``python -m mujou info``: what Mujou's defaults will be on this machine, and why.
+"""``python -m mujou``: ``info`` (what Mujou's defaults will be on this machine, and why),
+``--version`` and ``--help``.
 
 See :ref:`observe.info`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import sys
@@ -13,9 +15,10 @@ from typing import Any
 
 import torch
 
+from . import __version__
 from ._cpus import affinity_cpus, default_workers, gil_enabled, physical_cores, quota_cpus, usable_cpus
 
-USAGE = "usage: python -m mujou info [--json]"
+PROG = "python -m mujou"
 
 
 def machine_info() -> dict[str, Any]:
@@ -42,6 +45,7 @@ def machine_info() -> dict[str, Any]:
         else []
     )
     return {
+        "mujou": __version__,
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
         "gil_enabled": gil,
@@ -66,6 +70,7 @@ def render(info: dict[str, Any]) -> str:
     gil = "enabled" if info["gil_enabled"] else "disabled"
     return "\n".join(
         [
+            f"Mujou           {info['mujou']}",
             f"Python          {info['python']} ({build}); GIL {gil}",
             f"CPUs            {info['usable_cpus']} usable: {info['affinity_cpus']} in the affinity, {quota}",
             f"physical cores  {info['physical_cores']}",
@@ -78,11 +83,33 @@ def render(info: dict[str, Any]) -> str:
     )
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line: ``--help`` and ``--version`` exit 0; a wrong argument exits 2."""
+    top = argparse.ArgumentParser(
+        prog=PROG,
+        description="Mujou: nets of PyTorch nodes that update asynchronously, each at its own period.",
+    )
+    top.add_argument("--version", action="version", version=f"mujou {__version__}")
+    commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    info = commands.add_parser(
+        "info",
+        help="what Mujou will do on this machine, and why",
+        description=(
+            "Print Mujou's version, the Python build and whether the GIL is enabled, the CPUs "
+            "the process may use, the physical cores, the default number of workers and why, "
+            "torch's intra-op threads with advice, and the CUDA devices."
+        ),
+    )
+    info.add_argument("--json", action="store_true", help="print the same as one JSON object, for scripts")
+    return top
+
+
 def main(argv: list[str]) -> int:
     """Run the command line; return the exit status."""
-    if not argv or argv[0] != "info" or any(arg != "--json" for arg in argv[1:]):
-        print(USAGE, file=sys.stderr)
-        return 2
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as stop:  # --help, --version (0) or a wrong argument (2, after the usage)
+        return 0 if stop.code is None else int(stop.code)
     info = machine_info()
-    print(json.dumps(info, indent=2) if "--json" in argv else render(info))
+    print(json.dumps(info, indent=2) if args.json else render(info))
     return 0

@@ -2,7 +2,8 @@
 
 The examples run as child processes, as a user runs them. Their real-time parts depend on
 how busy the machine is, so only what does not depend on it is checked: exit status, the
-lines a user looks for, results under the virtual timer, and a trace's format.
+lines a user looks for, results under the virtual timer, and a trace's format. Each test
+prints the example's command line and output, which ``pytest -rA`` (``nox -s examples``) shows.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ TIMEOUT = 60  # seconds; each example takes well under 15 s on 2 cores
 
 
 def run_example(name: str, *args: str) -> str:
-    """Run ``examples/NAME.py``; check it succeeded without warnings; return its output."""
+    """Run ``examples/NAME.py``; print and check its output (no failure, no warning); return it."""
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
@@ -29,6 +30,7 @@ def run_example(name: str, *args: str) -> str:
         timeout=TIMEOUT,
         check=False,
     )
+    print(f"$ python examples/{' '.join([name, *args])}\n{done.stdout}{done.stderr}", end="")
     assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
     # Without numpy, importing torch warns about it: the nox session installs numpy.
     problems = [

@@ -400,6 +400,28 @@ def test_every_page_links_to_the_other_language(site: Site) -> None:
         assert (SPEC_DIR / "ja" / f"{page}.md").exists(), f"{target} would have no page"
 
 
+#: Emoji and other pictographs, which many fonts have no glyph for.
+_PICTOGRAPH = re.compile("[\U0001f000-\U0001faff]")
+
+
+def test_no_page_has_an_emoji_as_text(site: Site) -> None:
+    """No built page has an emoji in its text (its title, the sidebar, the tables of contents,
+    the coverage table): without a font that has it, a browser shows a box. The emoji of the
+    title of "Threads and Devices" is an image in the page's heading, and only there."""
+    found: dict[str, list[str]] = {}
+    for html in sorted(site.out.glob("*.html")):
+        text = _parse(html).root.all_text()
+        if pictographs := sorted(set(_PICTOGRAPH.findall(text))):
+            found[html.name] = pictographs
+    assert not found, f"pages with an emoji as text: {found}"
+    (body,) = _parse(site.out / "threads-and-devices.html").root.find("div", "body")
+    (heading,) = body.find("h1")
+    images = heading.find("img")
+    assert [image.attrs.get("alt") for image in images] == ["\U0001f9f5"], heading
+    assert (site.out / images[0].attrs["src"]).is_file(), images[0].attrs
+    assert heading.all_text().strip().startswith("Threads and Devices"), heading.all_text()
+
+
 if __name__ == "__main__":  # python test_site.py tutorial BLOCKS.json OUTPUTS.json SOURCE
     if len(sys.argv) == 5 and sys.argv[1] == "tutorial":
         _request, _answer, _source = (Path(arg) for arg in sys.argv[2:])

@@ -19,6 +19,7 @@ was skipped, and "not run" when the file has no case of it, or when there is no 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ from sphinx.util.docutils import SphinxDirective
 from sphinx.util.typing import ExtensionMetadata
 
 logger = logging.getLogger(__name__)
+#: A Markdown image, ``![alt](path)``.
+_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 
 #: The words of the page, by language (the rule boxes' words are in mujou_rules.WORDS).
 TRACE_WORDS: dict[str, dict[str, str]] = {
@@ -180,9 +183,10 @@ def _trace_docs(env: BuildEnvironment) -> set[str]:
 
 
 def _page_title(path: Path) -> str:
+    """The words of a page's title, without its images (an emoji is one: see docs/README.md)."""
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("# "):
-            return line[2:].strip()
+            return " ".join(_IMAGE.sub("", line[2:]).split())
     return path.stem
 
 
