@@ -88,7 +88,7 @@ def vt() -> mujou.VirtualTimer:
 class Bag(Net):
     """A net holding the nodes and nets given as keywords, in that order."""
 
-    def __init__(self, **members: Node | Net) -> None:
+    def __init__(self, **members: object) -> None:
         super().__init__()
         for attr, member in members.items():
             setattr(self, attr, member)

@@ -23,6 +23,8 @@ DOCUMENTED_API = frozenset(
         "Input",
         "Output",
         "Net",
+        "NodeList",
+        "NodeDict",
         "run",
         "Run",
         "Subscription",

@@ -3,6 +3,8 @@
 The public API is exactly what ``__all__`` lists; every other module is private.
 """
 
+from ._containers import NodeDict as NodeDict
+from ._containers import NodeList as NodeList
 from ._errors import GlobalRandomWarning as GlobalRandomWarning
 from ._errors import HookError as HookError
 from ._errors import LeakedSettingWarning as LeakedSettingWarning
@@ -35,6 +37,8 @@ __all__ = [
     "MujouWarning",
     "Net",
     "Node",
+    "NodeDict",
+    "NodeList",
     "NodeStats",
     "Output",
     "OversubscriptionWarning",

@@ -17,7 +17,7 @@ from ._state import cpu_copy, is_stateful, load_errors_message
 if TYPE_CHECKING:
     from ._cuda import NodeStreams
     from ._engine import Engine
-    from ._net import Net
+    from ._net import Branch
 
 _SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes seeds in [0, 2**64)
 _PORT_CACHE: dict[type, tuple[tuple[str, _Port], ...]] = {}
@@ -74,7 +74,7 @@ class NodeCore:
         self.dedicated = dedicated
         # Each node's hooks run in this context, which starts empty: see threads.context.
         self.context = contextvars.Context()
-        self.parent: Net | None = None
+        self.parent: Branch | None = None  # the net or node container that holds the node
         self.attr = ""
         self.ports: dict[str, _Port] = {}
         self.hook_thread = 0  # the thread running a hook of this node now, else 0
@@ -249,6 +249,20 @@ class Node:
                     setattr(self, key, saved.to(self.device))
             else:
                 current.load_state_dict(saved)
+
+    def __repr__(self) -> str:
+        """``<Sensor 'sensor' period=0.01 cpu>``: class, name, period, device; never raises."""
+        cls = type(self).__name__
+        try:
+            core = self.__dict__.get("_mujou")
+            if not isinstance(core, NodeCore):
+                return f"<{cls} (not initialized: no super().__init__())>"
+            name = self.name
+            where = f" {name!r}" if name else " (in no net)"
+            thread = " dedicated_thread" if core.dedicated else ""
+            return f"<{cls}{where} period={core.period:g} {core.device}{thread}>"
+        except Exception:  # a repr must not fail, even while another thread changes the net
+            return f"<{cls}>"
 
 
 def _core(node: Node) -> NodeCore:
