@@ -38,6 +38,7 @@ DOCUMENTED_API = frozenset(
         "OversubscriptionWarning",
         "LeakedSettingWarning",
         "GlobalRandomWarning",
+        "UnsavedAttributeWarning",
         "RunStats",
         "NodeStats",
         "MujouInternalError",

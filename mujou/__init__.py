@@ -11,6 +11,7 @@ from ._errors import LeakedSettingWarning as LeakedSettingWarning
 from ._errors import MujouInternalError as MujouInternalError
 from ._errors import MujouWarning as MujouWarning
 from ._errors import OversubscriptionWarning as OversubscriptionWarning
+from ._errors import UnsavedAttributeWarning as UnsavedAttributeWarning
 from ._net import Net as Net
 from ._node import Node as Node
 from ._ports import Input as Input
@@ -47,6 +48,7 @@ __all__ = [
     "RunStats",
     "Subscription",
     "Timer",
+    "UnsavedAttributeWarning",
     "VirtualTimer",
     "load",
     "run",

@@ -263,7 +263,9 @@ class Run:
         Works during the run and after it ended, also after a hook failed.
         """
         self._host_call("state_dict")
-        return self._engine.state_tree()
+        tree = self._engine.state_tree()
+        self._engine.hooks.flush_warnings(stacklevel=2)  # those of the nodes' state_dict
+        return tree
 
     def stop(self) -> None:
         """Stop the run: wait for running hooks, run every ``on_stop``, end the threads.
