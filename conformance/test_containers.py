@@ -387,6 +387,18 @@ def test_a_net_outside_the_run_may_change() -> None:
         del other.arms["left"]
         run.sleep(0.25)
     assert names(other) == ["srcs.0", "srcs.1", "srcs.2", "srcs.3", "arms.right.joint", "sink", "extra"]
+    # A sub-net run on its own: the enclosing net and its other containers may change.
+    sub = Fan()
+    outer = Bag(first=sub, spare=NodeList(), last=Plain())
+    with mujou.run(sub, timer=vt()) as run:
+        outer.spare.append(Plain())  # type: ignore[attr-defined]  # Bag declares no attributes
+        outer.more = Plain()
+        with pytest.raises(RuntimeError, match=r"^Fan 'first' " + WHILE_RUNNING):
+            sub.extra = Plain()
+        with pytest.raises(RuntimeError, match=r"^cannot remove 'first': its nodes are in a run"):
+            del outer.first  # type: ignore[attr-defined]  # Bag declares no attributes
+        run.sleep(0.25)
+    assert names(outer)[-3:] == ["spare.0", "last", "more"]
 
 
 # --- nodes.repr -----------------------------------------------------------------------------

@@ -12,13 +12,14 @@ import os
 import pickle
 import re
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import pytest
 import torch
-from _support import Drawer, wait_until
+from _support import Bag, Drawer, wait_until
 from torch import nn
 
 import mujou
@@ -471,6 +472,7 @@ def test_unsaved_attributes_are_named_once_with_the_fix() -> None:
     ):
         run.sleep(0.5)
         tree = run.state_dict()
+        assert len(caught) == 1, "the call that took the state issued the warning"
         run.sleep(0.25)
         run.state_dict()
     assert set(tree["first"]) == set(tree["second"]) == {"generator", "w"}
@@ -481,8 +483,28 @@ def test_unsaved_attributes_are_named_once_with_the_fix() -> None:
     assert "'callback' (a builtin_function_or_method)" in message, message
     assert "state_exclude = ('event', 'callback') on Unsaved" in message, message
     assert "state_dict and load_state_dict" in message, message
-    # Warned on the host: the filename is not Mujou's.
-    assert all("mujou" not in Path(w.filename).parts[-2:-1] for w in caught), [w.filename for w in caught]
+    # Warned on the host, by the run.state_dict() call that took the state: the warning's
+    # place is this test's line, not a place in Mujou's threads.
+    assert [Path(w.filename).name for w in caught] == [Path(__file__).name], [w.filename for w in caught]
+
+
+@pytest.mark.rule("state.unsaved-warning", "rules.warnings-on-host")
+def test_after_the_end_the_warning_is_the_hosts_not_a_hook_failure() -> None:
+    """> ... named ... in an mujou.UnsavedAttributeWarning when the state is first taken: ... on
+    > the host. Taken once the run has ended, with -W error: the host's call raises the
+    > warning itself, not a HookError of the node's state_dict."""
+
+    class LateUnsaved(Unsaved):
+        pass
+
+    run = mujou.run(Bag(node=LateUnsaved()), timer=mujou.VirtualTimer())
+    run.sleep(0.5)
+    run.stop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mujou.UnsavedAttributeWarning)
+        with pytest.raises(mujou.UnsavedAttributeWarning, match=r"^node 'node' \(LateUnsaved\) has "):
+            run.state_dict()
+    assert set(run.state_dict()["node"]) == {"generator", "w"}  # named once: no warning now
 
 
 @pytest.mark.rule("state.unsaved-warning")
