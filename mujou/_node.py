@@ -15,6 +15,7 @@ import torch
 
 from ._devices import parse_device
 from ._errors import UnsavedAttributeWarning
+from ._plain import is_plain, on_device
 from ._ports import Input, _Port
 from ._state import cpu_copy, is_stateful, load_errors_message
 
@@ -284,7 +285,7 @@ class Node:
                         f"{key!r} must hold a plain value (None, a number, a string, a tensor, or a "
                         f"list, tuple or dict of them), got {type(saved).__name__}"
                     )
-                setattr(self, key, _on_device(saved, self.device))
+                setattr(self, key, on_device(saved, self.device))
 
     def __repr__(self) -> str:
         """``<Sensor 'sensor' period=0.01 cpu>``: class, name, period, device; never raises."""
@@ -324,53 +325,9 @@ def is_initialized(node: Node) -> bool:
 
 # -- the default state: which attributes it keeps ---------------------------------------------
 
-# The scalars a state keeps, by exact type (an IntEnum or a numpy float is an int or float
-# subclass that torch.load(weights_only=True) refuses): state.default-node-state.
-_SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device})
 _unsaved_lock = threading.Lock()
 # (class, attribute) pairs already named in an UnsavedAttributeWarning: each is named once.
 _unsaved_named: weakref.WeakKeyDictionary[type, set[str]] = weakref.WeakKeyDictionary()
-
-
-def is_plain(value: object) -> bool:
-    """Whether ``value`` is a plain value the default state keeps as it is.
-
-    ``None``, a bool, int, float, complex, str, bytes, ``torch.dtype`` or ``torch.device``, a
-    tensor, or a list, tuple or dict (with scalar keys) of plain values: what
-    ``torch.load(weights_only=True)`` reads back. A container that holds itself is not.
-    """
-    return _plain(value, set())
-
-
-def _plain(value: object, open_containers: set[int]) -> bool:
-    kind = type(value)
-    if kind in _SCALARS or isinstance(value, torch.Tensor):
-        return True
-    if kind is not list and kind is not tuple and kind is not dict:
-        return False
-    if id(value) in open_containers:
-        return False  # it holds itself: no file can hold it
-    open_containers.add(id(value))
-    try:
-        if isinstance(value, dict):
-            return all(type(key) in _SCALARS and _plain(item, open_containers) for key, item in value.items())
-        assert isinstance(value, list | tuple)
-        return all(_plain(item, open_containers) for item in value)
-    finally:
-        open_containers.discard(id(value))
-
-
-def _on_device(value: Any, device: torch.device) -> Any:
-    """A copy of plain ``value`` with each tensor a copy on ``device``."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to(device, copy=True)
-    if type(value) is dict:
-        return {key: _on_device(item, device) for key, item in value.items()}
-    if type(value) is list:
-        return [_on_device(item, device) for item in value]
-    if type(value) is tuple:
-        return tuple(_on_device(item, device) for item in value)
-    return value
 
 
 def _stateful(value: object) -> bool:
