@@ -24,7 +24,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pytest
 import torch
@@ -128,6 +128,15 @@ class Watched(Node):
     """
 
     out = Output()
+    # The test's events, lock and records are not the node's state.
+    state_exclude: ClassVar[tuple[str, ...]] = (
+        "hold_update",
+        "hold_stop",
+        "overlaps",
+        "updating",
+        "_lock",
+        "_running",
+    )
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -72,6 +72,7 @@ class Ticker(Node):
     """Sends its update count k (1, 2, ...) as a float64 tensor [k]; logs its hooks."""
 
     out = Output()
+    state_exclude: ClassVar[tuple[str, ...]] = ("log", "first_update", "stopped")  # the test's, not state
 
     def __init__(self, period: float = 0.25, *, log: Log | None = None, tag: str = "") -> None:
         super().__init__(period=period, seed=0)
@@ -105,6 +106,7 @@ class Reader(Node):
     """Records what it reads on ``x`` at each update (None, or the message's first value)."""
 
     x = Input(optional=True)
+    state_exclude: ClassVar[tuple[str, ...]] = ("log",)  # the test's, not state
 
     def __init__(self, period: float = 0.25, *, log: Log | None = None, tag: str = "") -> None:
         super().__init__(period=period, seed=0)
@@ -129,6 +131,8 @@ class Reader(Node):
 
 class Failing(Node):
     """Counts its updates and raises ValueError("boom") in the hook named by ``fail_in``."""
+
+    state_exclude: ClassVar[tuple[str, ...]] = ("raised", "log", "stopped")  # the test's, not state
 
     def __init__(
         self,
@@ -243,6 +247,8 @@ class SlowStart(Node):
     """on_start waits a little (real time) and notes when it returned."""
 
     x = Input(optional=True)
+    # The test's log and records, not state.
+    state_exclude: ClassVar[tuple[str, ...]] = ("log", "first_read", "start_returned_at")
 
     def __init__(self, log: Log, tag: str, period: float = 0.25) -> None:
         super().__init__(period=period, seed=0)

@@ -6,17 +6,20 @@ Trees are compared exactly: the same structure, and every tensor equal with torc
 
 from __future__ import annotations
 
+import enum
+import io
 import os
 import pickle
 import re
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 import pytest
 import torch
-from _support import Drawer, wait_until
+from _support import Bag, Drawer, wait_until
 from torch import nn
 
 import mujou
@@ -144,6 +147,9 @@ class Robot(Net):
 class Plain(Node):
     """Counts its updates in a tensor; logs hooks into ``log`` when given."""
 
+    # The test's own list and switch are not state.
+    state_exclude: ClassVar[tuple[str, ...]] = ("log", "fail_load")
+
     def __init__(self, period: float = 0.25, log: list[str] | None = None) -> None:
         super().__init__(period=period, seed=0)
         self.count = torch.zeros((), dtype=torch.int64)
@@ -208,16 +214,16 @@ def test_tree_mirrors_the_net() -> None:
 
 
 class Stateful(Node):
-    """Tensor, module and optimizer attributes, plus attributes that are not state."""
+    """Tensor, module, optimizer and plain attributes."""
 
     def __init__(self) -> None:
         super().__init__(period=0.25, seed=5)
         self.w = torch.zeros(2)
         self.lin = nn.Linear(2, 1)
         self.opt = torch.optim.SGD(self.lin.parameters(), lr=0.1, momentum=0.5)
-        self.number = 3  # not a tensor, not stateful
-        self.names = ["x"]  # not a tensor, not stateful
-        self.nothing: torch.Tensor | None = None  # not a tensor now
+        self.number = 3  # a plain value
+        self.names = ["x"]  # a plain value
+        self.nothing: torch.Tensor | None = None  # a plain value
 
     def on_update(self, dt: float) -> None:
         with torch.enable_grad():
@@ -226,6 +232,7 @@ class Stateful(Node):
             loss.backward()
             self.opt.step()
         self.w += 1
+        self.number += 1
 
 
 class StatefulNet(Net):
@@ -236,22 +243,287 @@ class StatefulNet(Net):
 
 @pytest.mark.rule("state.default-node-state")
 def test_default_state_holds_generator_tensors_and_stateful_attributes() -> None:
-    """> The default Node.state_dict() holds "generator" (the generator's state) and every
-    instance attribute that is a torch.Tensor or has state_dict and load_state_dict (modules,
-    optimizers), keyed by attribute name, as CPU copies."""
+    """> The default Node.state_dict() holds "generator" (the generator's state) and, keyed by
+    > attribute name, every instance attribute that is a torch.Tensor, that has state_dict and
+    > load_state_dict (modules, optimizers; not a node), or that is a plain value ... All are
+    > CPU copies."""
     net = StatefulNet()
     with mujou.run(net, timer=mujou.VirtualTimer()) as run:
         run.sleep(0.75)
         state = run.state_dict()["s"]
     node = net.s
-    assert set(state) == {"generator", "w", "lin", "opt"}
+    assert set(state) == {"generator", "w", "lin", "opt", "number", "names", "nothing"}
     assert torch.equal(state["generator"], node.generator.get_state())
     assert torch.equal(state["w"], torch.full((2,), 3.0))
     assert_trees_equal(state["lin"], node.lin.state_dict(), "lin")
     assert_trees_equal(state["opt"], node.opt.state_dict(), "opt")
+    assert (state["number"], state["names"], state["nothing"]) == (6, ["x"], None)
+    assert state["names"] is not node.names, "a plain value is a copy"
     assert all(t.device.type == "cpu" for t in tensors(state))
     # The node's own state_dict gives the same.
     assert_trees_equal(node.state_dict(), state)
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+class Point(NamedTuple):
+    x: float
+    y: float
+
+
+class FloatLike(float):
+    """A float subclass, as NumPy's float64 is one."""
+
+
+class Plainly(Node):
+    """Every kind of plain value, and values that look plain but are subclasses."""
+
+    out = Output()  # a port: never in the state
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=2)
+        self.values: dict[str, Any] = {
+            "none": None,
+            "flag": True,
+            "count": 7,
+            "ratio": 0.5,
+            "z": 1 + 2j,
+            "text": "abc",
+            "raw": b"\x00\x01",
+            "dtype": torch.float16,
+            "place": torch.device("cpu"),
+        }
+        for key, value in self.values.items():
+            setattr(self, key, value)
+        self.pair = (1, torch.ones(2))
+        self.history = [1.5, [2, (3, "x")], {"k": torch.zeros(1)}]
+        self.by_number = {2: "two", 1: "one", None: 0.0, "s": [None]}
+        self.peer: Node | None = None  # set to a node below: a node is not stateful state
+        self.colour = Colour.RED
+        self.point = Point(1.0, 2.0)
+        self.like = FloatLike(1.0)
+        self.tuple_keys = {(1, 2): "a tuple key"}
+        self.cyclic: list[object] = []
+        self.cyclic.append(self.cyclic)
+
+
+@pytest.mark.rule("state.default-node-state")
+def test_default_state_keeps_plain_values_of_exact_types() -> None:
+    """> ... a plain value: None, a bool, int, float, complex, str, bytes, torch.dtype or
+    > torch.device, or a list, tuple or dict (whose keys are such scalars) of plain values and
+    > tensors. ... The node's ports and Mujou's own attributes are not in it."""
+    node = Plainly()
+    node.peer = Plainly()
+    with pytest.warns(mujou.UnsavedAttributeWarning) as caught:
+        state = node.state_dict()
+    plain = {*node.values, "values", "pair", "history", "by_number"}
+    assert set(state) == {"generator", *plain}, sorted(state)
+    for key in node.values:
+        assert type(state[key]) is type(getattr(node, key)) and state[key] == getattr(node, key), key
+    assert type(state["pair"]) is tuple and torch.equal(state["pair"][1], torch.ones(2))
+    assert state["pair"][1] is not node.pair[1], "tensors in plain values are copies"
+    assert state["history"][:2] == [1.5, [2, (3, "x")]] and type(state["history"][1][1]) is tuple
+    assert list(state["by_number"]) == [2, 1, None, "s"], "dict keys keep their types and order"
+    # The subclasses, the node, the tuple key and the cycle are named in the warning instead.
+    (warning,) = caught
+    for name in ("peer", "colour", "point", "like", "tuple_keys", "cyclic"):
+        assert repr(name) in str(warning.message), (name, str(warning.message))
+    # Each plain value is what torch.load(weights_only=True) reads back.
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    assert_trees_equal(torch.load(buffer, weights_only=True), state)
+
+
+class Counting(Node):
+    """Counts its updates in a plain int and keeps its recent dts in a plain list."""
+
+    count = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.1, seed=4)
+
+    def on_start(self) -> None:
+        self.n = 0
+        self.recent: list[float] = []
+        self.last: tuple[int, float] = (0, 0.0)
+        self.noise = 0.0
+
+    def on_update(self, dt: float) -> None:
+        self.n += 1
+        self.recent = [*self.recent[-4:], dt]
+        self.noise += float(torch.rand((), generator=self.generator))
+        self.last = (self.n, self.noise)
+        self.count.send(torch.tensor(self.n))
+
+
+class CountingNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = Counting()
+
+
+@pytest.mark.rule("state.default-node-state", "state.default-load", "state.resume")
+def test_a_plain_counter_resumes_exactly_through_a_file(tmp_path: Path) -> None:
+    """> A node that keeps its state in tensors, modules, optimizers, counters and lists of them
+    > needs to write nothing: saved, loaded and resumed, the counter goes on bit for bit."""
+    with mujou.run(CountingNet(), timer=mujou.VirtualTimer()) as run:
+        run.sleep(1.0)
+        mujou.save(run.state_dict(), tmp_path / "counter.pt")
+        run.sleep(1.0)
+        went_on = run.state_dict()
+    tree = mujou.load(tmp_path / "counter.pt")
+    assert tree["c"]["n"] == 10 and type(tree["c"]["last"]) is tuple
+    net = CountingNet()
+    with mujou.run(net, timer=mujou.VirtualTimer(), state=tree) as run:
+        assert net.c.n == 10 and type(net.c.last) is tuple
+        run.sleep(1.0)
+        resumed = run.state_dict()
+    assert resumed["c"]["n"] == 20
+    assert_trees_equal(resumed, went_on)
+
+
+# --- state.exclude --------------------------------------------------------------------------
+
+
+class WithCache(Node):
+    state_exclude: ClassVar[tuple[str, ...]] = ("cache",)
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=0)
+        self.cache = {"big": torch.zeros(3)}  # plain, but left out by name
+        self.kept = 1
+
+
+class WithFile(WithCache):
+    state_exclude: ClassVar[tuple[str, ...]] = ("file",)
+
+    def on_start(self) -> None:
+        self.file = threading.Lock()  # stands for an open file: no state of its own
+
+
+class ExcludingNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = WithCache()
+        self.b = WithFile()
+
+
+@pytest.mark.rule("state.exclude")
+def test_state_exclude_leaves_attributes_out_of_state_and_load() -> None:
+    """> The default state_dict and load_state_dict leave out the attributes named in the class
+    > attribute state_exclude (a tuple of names) of the node's class and of its base classes."""
+    with mujou.run(ExcludingNet(), timer=mujou.VirtualTimer()) as run:
+        run.sleep(0.5)
+        tree = run.state_dict()  # no UnsavedAttributeWarning: the lock is excluded
+    assert set(tree["a"]) == {"generator", "kept"}
+    assert set(tree["b"]) == {"generator", "kept"}, "the base's names are left out too"
+    net = ExcludingNet()
+    net.a.cache["big"] += 5
+    with mujou.run(net, timer=mujou.VirtualTimer(), state=tree) as run:
+        assert torch.equal(net.a.cache["big"], torch.full((3,), 5.0)), "not restored"
+        run.sleep(0.25)
+
+
+@pytest.mark.rule("state.exclude")
+@pytest.mark.parametrize("names", ["cache", ("cache", 3), None], ids=["str", "not-str", "none"])
+def test_a_bad_state_exclude_is_refused_when_the_class_is_defined(names: object) -> None:
+    """> A state_exclude that is not a tuple, list or set of strings raises TypeError when the
+    > class is defined."""
+    with pytest.raises(
+        TypeError,
+        match=r"^Bad\.state_exclude must be a tuple of attribute names, such as \('cache',\), got ",
+    ):
+
+        class Bad(Node):
+            state_exclude = names  # type: ignore[assignment]  # the wrong value is the point
+
+
+# --- state.unsaved-warning ------------------------------------------------------------------
+
+
+class Unsaved(Node):
+    """Holds objects the default state cannot keep."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=0)
+        self.event = threading.Event()
+        self.callback = print
+        self.w = torch.zeros(1)
+
+
+class UnsavedNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = Unsaved()
+        self.second = Unsaved()
+
+
+@pytest.mark.rule("state.unsaved-warning")
+def test_unsaved_attributes_are_named_once_with_the_fix() -> None:
+    """> An attribute that the default state_dict cannot keep ... is left out of the state and
+    > named, with the fix, in an mujou.UnsavedAttributeWarning when the state is first taken:
+    > once per node class and attribute, on the host."""
+    with (
+        pytest.warns(mujou.UnsavedAttributeWarning) as caught,
+        mujou.run(UnsavedNet(), timer=mujou.VirtualTimer()) as run,
+    ):
+        run.sleep(0.5)
+        tree = run.state_dict()
+        assert len(caught) == 1, "the call that took the state issued the warning"
+        run.sleep(0.25)
+        run.state_dict()
+    assert set(tree["first"]) == set(tree["second"]) == {"generator", "w"}
+    messages = [str(w.message) for w in caught if issubclass(w.category, mujou.UnsavedAttributeWarning)]
+    assert len(messages) == 1, messages  # two nodes of one class, the state taken twice
+    (message,) = messages
+    assert message.startswith("node 'first' (Unsaved) has attribute(s) 'event' (a Event), "), message
+    assert "'callback' (a builtin_function_or_method)" in message, message
+    assert "state_exclude = ('event', 'callback') on Unsaved" in message, message
+    assert "state_dict and load_state_dict" in message, message
+    # Warned on the host, by the run.state_dict() call that took the state: the warning's
+    # place is this test's line, not a place in Mujou's threads.
+    assert [Path(w.filename).name for w in caught] == [Path(__file__).name], [w.filename for w in caught]
+
+
+@pytest.mark.rule("state.unsaved-warning", "rules.warnings-on-host")
+def test_after_the_end_the_warning_is_the_hosts_not_a_hook_failure() -> None:
+    """> ... named ... in an mujou.UnsavedAttributeWarning when the state is first taken: ... on
+    > the host. Taken once the run has ended, with -W error: the host's call raises the
+    > warning itself, not a HookError of the node's state_dict."""
+
+    class LateUnsaved(Unsaved):
+        pass
+
+    run = mujou.run(Bag(node=LateUnsaved()), timer=mujou.VirtualTimer())
+    run.sleep(0.5)
+    run.stop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mujou.UnsavedAttributeWarning)
+        with pytest.raises(mujou.UnsavedAttributeWarning, match=r"^node 'node' \(LateUnsaved\) has "):
+            run.state_dict()
+    assert set(run.state_dict()["node"]) == {"generator", "w"}  # named once: no warning now
+
+
+@pytest.mark.rule("state.unsaved-warning")
+def test_an_unsaved_attribute_of_a_later_class_or_attribute_is_named_again() -> None:
+    """> once per node class and attribute."""
+
+    class Another(Unsaved):
+        pass
+
+    node = Another()
+    with pytest.warns(
+        mujou.UnsavedAttributeWarning, match=r"^node '' \(Another\) has attribute\(s\) 'event'"
+    ):
+        node.state_dict()
+    node.extra = object()  # type: ignore[attr-defined]  # a new attribute, not named yet
+    with pytest.warns(mujou.UnsavedAttributeWarning) as caught:
+        node.state_dict()
+    (only,) = caught
+    assert "'extra' (a object)" in str(only.message) and "'event'" not in str(only.message)
 
 
 # --- state.cpu-copies -----------------------------------------------------------------------
@@ -286,10 +558,12 @@ def test_tree_tensors_share_no_memory_with_nodes() -> None:
 class Restorable(Node):
     """Makes its tensors in on_start; records what a restore did to them."""
 
+    state_exclude: ClassVar[tuple[str, ...]] = ("refs",)  # references to its own tensors
+
     def __init__(self) -> None:
         super().__init__(period=0.25, seed=7)
         self.lin = nn.Linear(2, 2)
-        self.refs: list[torch.Tensor] = []  # a list: not part of the state
+        self.refs: list[torch.Tensor] = []
 
     def on_start(self) -> None:
         self.w = torch.zeros(3)  # same shape as the saved one: restored in place
@@ -309,9 +583,9 @@ class RestorableNet(Net):
 
 @pytest.mark.rule("state.default-load")
 def test_default_load_restores_generator_tensors_in_place_and_modules() -> None:
-    """> The default load_state_dict sets the generator's state and copies each tensor back to
-    the node's device (in place when the attribute is already a tensor of the same shape) and
-    calls load_state_dict of each stateful attribute."""
+    """> The default load_state_dict sets the generator's state, copies each tensor back to the
+    > node's device (in place when the attribute is already a tensor of the same shape and
+    > dtype), calls load_state_dict of each stateful attribute ..."""
     first = RestorableNet()
     with mujou.run(first, timer=mujou.VirtualTimer()) as run:
         run.sleep(1.0)
@@ -335,6 +609,67 @@ def test_default_load_restores_generator_tensors_in_place_and_modules() -> None:
     assert torch.equal(second.r.w, expected)
 
 
+class PlainRestore(Node):
+    """Plain values of several shapes, changed at each update."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=7)
+        self.steps = 0
+        self.pair: tuple[int, torch.Tensor] = (0, torch.zeros(2))
+        self.table: dict[int | str, list[float]] = {3: [], "b": [], 1: []}
+        self.label: str | None = None
+
+    def on_update(self, dt: float) -> None:
+        self.steps += 1
+        self.pair = (self.steps, self.pair[1] + 1)
+        for values in self.table.values():
+            values.append(dt * self.steps)
+        self.label = f"step {self.steps}"
+
+
+class PlainRestoreNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = PlainRestore()
+
+
+@pytest.mark.rule("state.default-load")
+def test_default_load_assigns_copies_of_plain_values() -> None:
+    """> ... and assigns each plain value: a copy of the saved one, of the same types (a tuple
+    > stays a tuple, dict keys keep their types and order), whose tensors are on the node's
+    > device."""
+    with mujou.run(PlainRestoreNet(), timer=mujou.VirtualTimer()) as run:
+        run.sleep(1.0)
+        tree = run.state_dict()
+    saved = tree["p"]
+    assert saved["steps"] == 4 and saved["label"] == "step 4"
+    net = PlainRestoreNet()
+    with mujou.run(net, timer=mujou.VirtualTimer(), state=tree) as run:
+        node = net.p
+        assert node.steps == 4 and node.label == "step 4"
+        assert type(node.pair) is tuple and node.pair[0] == 4
+        assert torch.equal(node.pair[1], torch.full((2,), 4.0)) and node.pair[1].device == node.device
+        assert list(node.table) == [3, "b", 1] and node.table[3] == [0.25, 0.5, 0.75, 1.0]
+        # Copies: the node's values share nothing with the tree.
+        assert node.table[3] is not saved["table"][3]
+        assert node.pair[1].untyped_storage().data_ptr() != saved["pair"][1].untyped_storage().data_ptr()
+        run.sleep(0.25)
+    assert saved["table"][3] == [0.25, 0.5, 0.75, 1.0], "the tree did not change with the node"
+    assert net.p.steps == 5 and net.p.table[1][-1] == 1.25
+
+
+@pytest.mark.rule("state.default-load")
+def test_default_load_refuses_a_value_that_is_not_plain() -> None:
+    """> ... assigns each plain value: a saved value that is not one is refused."""
+    with mujou.run(PlainRestoreNet(), timer=mujou.VirtualTimer()) as run:
+        run.sleep(0.25)
+        tree = run.state_dict()
+    tree["p"]["label"] = object()
+    with pytest.raises(ValueError, match=r"^Error\(s\) in loading state for net") as info:
+        mujou.run(PlainRestoreNet(), timer=mujou.VirtualTimer(), state=tree)
+    assert "'label' must hold a plain value" in str(info.value), str(info.value)
+
+
 @pytest.mark.rule("state.default-load")
 def test_default_load_is_strict() -> None:
     """> it is strict: missing or unexpected keys raise."""
@@ -351,6 +686,10 @@ def test_default_load_is_strict() -> None:
     with pytest.raises(ValueError, match=r"^Error\(s\) in loading state for net") as info:
         mujou.run(StatefulNet(), timer=mujou.VirtualTimer(), state=extra)
     assert 'Unexpected key(s): "bogus"' in str(info.value), str(info.value)
+    no_number = {**tree, "s": {k: v for k, v in tree["s"].items() if k != "number"}}
+    with pytest.raises(ValueError, match=r"^Error\(s\) in loading state for net") as info:
+        mujou.run(StatefulNet(), timer=mujou.VirtualTimer(), state=no_number)
+    assert 'Missing key(s): "number"' in str(info.value), str(info.value)
 
 
 # --- state.consistent-snapshot --------------------------------------------------------------
@@ -358,6 +697,8 @@ def test_default_load_is_strict() -> None:
 
 class Pair(Node):
     """Keeps a == b between updates; its first update stops halfway until released."""
+
+    state_exclude: ClassVar[tuple[str, ...]] = ("halfway", "release")  # the test's events
 
     def __init__(self, period: float) -> None:
         super().__init__(period=period, seed=0)
@@ -693,6 +1034,8 @@ def test_a_tree_saved_from_cpu_is_refused_by_a_cuda_node() -> None:
 
 
 class MadeInStart(Node):
+    state_exclude: ClassVar[tuple[str, ...]] = ("log",)
+
     def __init__(self, log: list[str]) -> None:
         super().__init__(period=0.25, seed=0)
         self.log = log

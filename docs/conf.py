@@ -84,6 +84,7 @@ napoleon_use_ivar = True
 nitpick_ignore_regex = [
     ("py:.*", r"(collections\.abc|contextlib|os|pathlib|queue|types|typing)\.\w+"),
     ("py:.*", r"torch(\.\w+)+"),
+    ("py:class", r"(mujou\._containers\.)?M"),  # the member type of NodeList and NodeDict
 ]
 
 html_theme = "alabaster"

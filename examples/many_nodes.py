@@ -15,7 +15,7 @@ import time
 import torch
 
 import mujou
-from mujou import Input, Net, Node, Output
+from mujou import Input, Net, Node, NodeList, Output
 
 SIDE = 100  # SIDE x SIDE cells
 PERIOD = 0.5  # seconds between two updates of a cell
@@ -43,37 +43,32 @@ class Cell(Node):
 class Row(Net):
     def __init__(self, row: int) -> None:
         super().__init__()
-        self.cells = [Cell(seed=row * SIDE + column) for column in range(SIDE)]
-        for column, cell in enumerate(self.cells):
-            setattr(self, f"cell{column}", cell)  # registers it, named "rowR.cellC"
+        # A NodeList registers its nodes by index: they are named "rows.R.cells.C".
+        self.cells = NodeList(Cell(seed=row * SIDE + column) for column in range(SIDE))
 
 
 class Grid(Net):
     def __init__(self) -> None:
         super().__init__()
-        rows = [Row(row) for row in range(SIDE)]
-        for number, row in enumerate(rows):
-            setattr(self, f"row{number}", row)
-        grid = [row.cells for row in rows]
+        self.rows = NodeList(Row(row) for row in range(SIDE))
+        grid = [row.cells for row in self.rows]
         for r in range(SIDE):
             for c in range(SIDE):  # index -1 is the last one: the grid wraps around
                 self.connect(grid[r][c - 1].temperature, grid[r][c].west)
                 self.connect(grid[r][(c + 1) % SIDE].temperature, grid[r][c].east)
                 self.connect(grid[r - 1][c].temperature, grid[r][c].north)
                 self.connect(grid[(r + 1) % SIDE][c].temperature, grid[r][c].south)
-        self.cells = [cell for row in grid for cell in row]
 
 
 def main() -> None:
     torch.set_num_threads(1)  # a process-wide setting, made by the host before mujou.run
     began = time.perf_counter()
     net = Grid()
+    cells = [cell for row in net.rows for cell in row.cells]
     built = time.perf_counter()
     with mujou.run(net) as run:
         started = time.perf_counter()
-        print(
-            f"{len(net.cells):,} nodes, built in {built - began:.2f} s and started in {started - built:.2f} s"
-        )
+        print(f"{len(cells):,} nodes, built in {built - began:.2f} s and started in {started - built:.2f} s")
         print(f"Each updates every {PERIOD} s, on {run.workers} worker thread(s):")
         print("time    updates/s   skipped   worst lateness   workers busy   temperature")
         updates, then = 0, 0.0
@@ -87,7 +82,7 @@ def main() -> None:
             late = max(node.lateness_max for node in nodes)
             busy = ", ".join(f"{fraction:.0%}" for fraction in stats.worker_busy)
             values = torch.stack(
-                [value for cell in net.cells if (value := run.read(cell.temperature)) is not None]
+                [value for cell in cells if (value := run.read(cell.temperature)) is not None]
             )
             print(
                 f"{stats.time:3.1f} s   {rate:9,.0f}   {sum(node.skipped for node in nodes):7d}"

@@ -3,6 +3,8 @@
 The public API is exactly what ``__all__`` lists; every other module is private.
 """
 
+from ._containers import NodeDict as NodeDict
+from ._containers import NodeList as NodeList
 from ._errors import GlobalRandomWarning as GlobalRandomWarning
 from ._errors import HookError as HookError
 from ._errors import LeakedSettingWarning as LeakedSettingWarning
@@ -10,6 +12,7 @@ from ._errors import MujouInternalError as MujouInternalError
 from ._errors import MujouWarning as MujouWarning
 from ._errors import OversubscriptionWarning as OversubscriptionWarning
 from ._errors import StateFileError as StateFileError
+from ._errors import UnsavedAttributeWarning as UnsavedAttributeWarning
 from ._net import Net as Net
 from ._node import Node as Node
 from ._ports import Input as Input
@@ -38,6 +41,8 @@ __all__ = [
     "MujouWarning",
     "Net",
     "Node",
+    "NodeDict",
+    "NodeList",
     "NodeStats",
     "Output",
     "OversubscriptionWarning",
@@ -47,6 +52,7 @@ __all__ = [
     "StateFileError",
     "Subscription",
     "Timer",
+    "UnsavedAttributeWarning",
     "VirtualTimer",
     "load",
     "run",

@@ -70,3 +70,7 @@ class LeakedSettingWarning(MujouWarning):
 
 class GlobalRandomWarning(MujouWarning):
     """A hook reseeded torch's global generator: see :ref:`rules.manual-seed-warning`."""
+
+
+class UnsavedAttributeWarning(MujouWarning):
+    """A node attribute the default ``state_dict`` cannot keep: see :ref:`state.unsaved-warning`."""

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from ._devices import parse_device
+from ._errors import UnsavedAttributeWarning
 from ._numbers import positive
+from ._plain import is_plain, on_device
 from ._ports import Input, _Port
 from ._state import cpu_copy, is_stateful, load_errors_message
 
 if TYPE_CHECKING:
     from ._cuda import NodeStreams
     from ._engine import Engine
-    from ._net import Net
+    from ._engine._hooks import Hooks
+    from ._net import Branch
 
 _SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes seeds in [0, 2**64)
 _PORT_CACHE: dict[type, tuple[tuple[str, _Port], ...]] = {}
@@ -48,6 +54,7 @@ class NodeCore:
         "engine",
         "generator",
         "hook_thread",
+        "hooks",
         "parent",
         "period",
         "ports",
@@ -73,10 +80,11 @@ class NodeCore:
         self.dedicated = dedicated
         # Each node's hooks run in this context, which starts empty: see threads.context.
         self.context = contextvars.Context()
-        self.parent: Net | None = None
+        self.parent: Branch | None = None  # the net or node container that holds the node
         self.attr = ""
         self.ports: dict[str, _Port] = {}
         self.hook_thread = 0  # the thread running a hook of this node now, else 0
+        self.hooks: Hooks | None = None  # the hook caller of the node's latest run
         self.reads: list[tuple[Input, torch.Tensor, int]] = []  # this hook's reads, checked after it
         # Where sends go: the engine's list of messages visible at the batch's end under the
         # virtual timer (visibility.virtual), else None (published at once). Set per run.
@@ -117,6 +125,17 @@ class Node:
     """
 
     _mujou: NodeCore
+    state_exclude: ClassVar[tuple[str, ...]] = ()
+    """Names of attributes the default ``state_dict`` leaves out (with those of the bases).
+
+    For what a node keeps but should not resume: a cache, a file, a callback, settings that
+    the new net's ``__init__`` gives. See :ref:`state.exclude`.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "state_exclude" in cls.__dict__:
+            _check_exclude(cls, cls.__dict__["state_exclude"])
 
     def __init__(
         self,
@@ -195,32 +214,43 @@ class Node:
         """Called once when the run stops, after the node's last update."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Called to take the node's state: the generator, tensors and stateful attributes.
+        """Called to take the node's state: the generator, tensors, stateful and plain attributes.
 
-        The default holds ``"generator"`` and every attribute that is a tensor or has
-        ``state_dict``/``load_state_dict``, as CPU copies. See :ref:`state.default-node-state`.
+        The default holds ``"generator"`` and, by name, every attribute that is a tensor, has
+        ``state_dict``/``load_state_dict``, or is a plain value (numbers, strings, None, and
+        lists, tuples and dicts of them and of tensors), as CPU copies. It leaves out the
+        ports and the names in ``state_exclude``; any other attribute is named once in an
+        :class:`UnsavedAttributeWarning`. See :ref:`state.default-node-state`.
         """
         state: dict[str, Any] = {"generator": self.generator.get_state()}
-        for key, value in vars(self).items():
-            if key == "_mujou":
-                continue
+        unsaved: list[tuple[str, object]] = []
+        for key, value in _state_attributes(self):
             if isinstance(value, torch.Tensor):
                 state[key] = cpu_copy(value)
-            elif is_stateful(value):
+            elif _stateful(value):
                 state[key] = cpu_copy(value.state_dict())
+            elif is_plain(value):
+                state[key] = cpu_copy(value)
+            else:
+                unsaved.append((key, value))
+        if unsaved:
+            _warn_unsaved(self, unsaved)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Called to restore the state that ``state_dict`` took, after ``on_start``.
 
         Strict: a missing or unexpected key raises ValueError. Tensors are copied back to
-        the node's device, in place when the attribute already holds a tensor of that shape.
+        the node's device, in place when the attribute already holds a tensor of that shape;
+        plain values are assigned (as copies, their tensors on the node's device).
         See :ref:`state.default-load`.
         """
-        expected = {"generator"}
-        for key, value in vars(self).items():
-            if key != "_mujou" and (isinstance(value, torch.Tensor) or is_stateful(value)):
-                expected.add(key)
+        kept = {
+            key: value
+            for key, value in _state_attributes(self)
+            if isinstance(value, torch.Tensor) or _stateful(value) or is_plain(value)
+        }
+        expected = {"generator", *kept}
         missing = sorted(expected - state.keys())
         unexpected = sorted(state.keys() - expected)
         if missing or unexpected:
@@ -229,8 +259,8 @@ class Node:
         if not isinstance(generator_state, torch.Tensor):
             raise ValueError("'generator' must hold a tensor from Generator.get_state()")
         self.generator.set_state(generator_state)
-        for key in expected - {"generator"}:
-            current, saved = getattr(self, key), state[key]
+        for key, current in kept.items():
+            saved = state[key]
             if isinstance(current, torch.Tensor):
                 if not isinstance(saved, torch.Tensor):
                     raise ValueError(f"{key!r} must hold a tensor, got {type(saved).__name__}")
@@ -238,9 +268,30 @@ class Node:
                     with torch.no_grad():
                         current.copy_(saved)
                 else:
-                    setattr(self, key, saved.to(self.device))
-            else:
+                    setattr(self, key, saved.detach().to(self.device, copy=True))
+            elif _stateful(current):
                 current.load_state_dict(saved)
+            else:
+                if not is_plain(saved):
+                    raise ValueError(
+                        f"{key!r} must hold a plain value (None, a number, a string, a tensor, or a "
+                        f"list, tuple or dict of them), got {type(saved).__name__}"
+                    )
+                setattr(self, key, on_device(saved, self.device))
+
+    def __repr__(self) -> str:
+        """``<Sensor 'sensor' period=0.01 cpu>``: class, name, period, device; never raises."""
+        cls = type(self).__name__
+        try:
+            core = self.__dict__.get("_mujou")
+            if not isinstance(core, NodeCore):
+                return f"<{cls} (not initialized: no super().__init__())>"
+            name = self.name
+            where = f" {name!r}" if name else " (in no net)"
+            thread = " dedicated_thread" if core.dedicated else ""
+            return f"<{cls}{where} period={core.period:g} {core.device}{thread}>"
+        except Exception:  # a repr must not fail, even while another thread changes the net
+            return f"<{cls}>"
 
 
 def _core(node: Node) -> NodeCore:
@@ -262,3 +313,72 @@ def not_initialized_message(node: object) -> str:
 def is_initialized(node: Node) -> bool:
     """Whether ``Node.__init__`` ran for ``node``."""
     return "_mujou" in node.__dict__
+
+
+# -- the default state: which attributes it keeps ---------------------------------------------
+
+_unsaved_lock = threading.Lock()
+# (class, attribute) pairs already named in an UnsavedAttributeWarning: each is named once.
+_unsaved_named: weakref.WeakKeyDictionary[type, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _stateful(value: object) -> bool:
+    """Whether the default state keeps ``value`` by its own ``state_dict`` (not a node's)."""
+    return is_stateful(value) and not isinstance(value, Node)
+
+
+def _state_attributes(node: Node) -> Iterator[tuple[str, Any]]:
+    """The instance attributes the default state looks at: not Mujou's, the ports, the excluded."""
+    core = _core(node)
+    excluded = _excluded(type(node))
+    for key, value in list(vars(node).items()):
+        if key != "_mujou" and key not in core.ports and key not in excluded:
+            yield key, value
+
+
+def _check_exclude(cls: type, names: object) -> tuple[str, ...]:
+    if isinstance(names, tuple | list | set | frozenset) and all(isinstance(n, str) for n in names):
+        return tuple(names)
+    raise TypeError(
+        f"{cls.__name__}.state_exclude must be a tuple of attribute names, such as "
+        f"('cache',), got {type(names).__name__}: {names!r}"
+    )
+
+
+def _excluded(cls: type) -> set[str]:
+    """The names in ``state_exclude`` of ``cls`` and its bases."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "state_exclude" in klass.__dict__:
+            names.update(_check_exclude(klass, klass.__dict__["state_exclude"]))
+    return names
+
+
+def _warn_unsaved(node: Node, unsaved: list[tuple[str, object]]) -> None:
+    """Name the attributes the default state left out, each (per class) once.
+
+    Called in one of the node's hooks (by Mujou, on a worker, or on the host once the run
+    has ended), the warning waits for the host's call (rules.warnings-on-host); called
+    otherwise, the caller is the host.
+    """
+    cls = type(node)
+    with _unsaved_lock:
+        named = _unsaved_named.setdefault(cls, set())
+        new = [(key, value) for key, value in unsaved if key not in named]
+        named.update(key for key, _ in new)
+    if not new:
+        return
+    listed = ", ".join(f"{key!r} (a {type(value).__name__})" for key, value in new)
+    keys = tuple(key for key, _ in new)
+    message = (
+        f"node {node.name!r} ({cls.__name__}) has attribute(s) {listed} that its default "
+        "state_dict cannot keep: they are left out of its state, so a resumed run starts "
+        f"without them; leave them out by name (state_exclude = {keys!r} on "
+        f"{cls.__name__}) or give them state_dict and load_state_dict"
+    )
+    core = _core(node)
+    hooks = core.hooks
+    if hooks is not None and core.hook_thread == threading.get_ident():
+        hooks.queue_warning(UnsavedAttributeWarning, message)
+    else:
+        warnings.warn(message, UnsavedAttributeWarning, stacklevel=3)

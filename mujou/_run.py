@@ -267,7 +267,9 @@ class Run:
         Works during the run and after it ended, also after a hook failed.
         """
         self._host_call("state_dict")
-        return self._engine.state_tree()
+        tree = self._engine.state_tree()
+        self._engine.hooks.flush_warnings(stacklevel=2)  # those of the nodes' state_dict
+        return tree
 
     def stop(self) -> None:
         """Stop the run: wait for running hooks, run every ``on_stop``, end the threads.
@@ -295,6 +297,14 @@ class Run:
         return progress_sample(self._engine)
 
     def __enter__(self) -> Run:
+        """Enter the run's one ``with`` block; a second one raises. See :ref:`run.enter-once`."""
+        entered = object()
+        # setdefault is atomic: of two threads entering at once, one wins.
+        if self.__dict__.setdefault("_entered", entered) is not entered:
+            raise RuntimeError(
+                "this run was already used in a with block; a Run is entered once, and "
+                "leaving that block stops it: start a new run with mujou.run(net)"
+            )
         return self
 
     def __exit__(
@@ -311,8 +321,26 @@ class Run:
             self.stop()
 
     def __repr__(self) -> str:
-        state = "running" if self.running else "ended"
-        return f"<mujou.Run of {type(self._net).__name__}, {state}, t={self.time:.3f}>"
+        """``<mujou.Run of Robot: running, t=1.250 s, 2 workers, virtual timer>``; never raises.
+
+        Reads a few fields without a lock: safe from any thread, in a hook, after the end.
+        """
+        try:
+            engine = self._engine
+            state = "ended" if engine.ended else "running"
+            error = engine.error
+            if isinstance(error, HookError):
+                state += f", node {error.node!r} failed in {error.hook}"
+            elif error is not None:
+                state += f", failed ({type(error).__name__})"
+            timer = "virtual" if engine.virtual else "real-time"
+            workers = f"{engine.workers} worker{'' if engine.workers == 1 else 's'}"
+            return (
+                f"<mujou.Run of {type(self._net).__name__}: {state}, t={engine.time():.3f} s, "
+                f"{workers}, {timer} timer>"
+            )
+        except Exception:  # not set up (made without mujou.run), or a field in flux
+            return "<mujou.Run>"
 
 
 def _seconds(name: str, value: object) -> float:

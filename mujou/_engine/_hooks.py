@@ -52,6 +52,8 @@ class Hooks:
         self.trace = trace
         self._seen_seed = torch.initial_seed()
         self._warnings: deque[tuple[type[Warning], str]] = deque()
+        for slot in slots:
+            slot.core.hooks = self  # where a hook of the node queues a warning for the host
 
     def call(
         self, slot: Slot, hook: str, fn: Callable[..., Any], *args: Any
@@ -172,6 +174,10 @@ class Hooks:
             except IndexError:
                 return
             warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+    def queue_warning(self, category: type[Warning], message: str) -> None:
+        """Keep a warning for the host's next call (rules.warnings-on-host); from any thread."""
+        self._warnings.append((category, message))
 
     def in_hooks(self) -> list[Slot]:
         """The nodes running a hook now (a scan: for the rare paths that name them)."""
