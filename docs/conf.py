@@ -72,6 +72,7 @@ napoleon_use_ivar = True
 nitpick_ignore_regex = [
     ("py:.*", r"(collections\.abc|contextlib|os|pathlib|queue|types|typing)\.\w+"),
     ("py:.*", r"torch(\.\w+)+"),
+    ("py:class", r"mujou\._port\.M"),  # the type of a port's messages: a TypeVar, not a class
 ]
 
 html_theme = "alabaster"

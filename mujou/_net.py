@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ._node import Node, _core, is_initialized, not_initialized_message
-from ._ports import Input, Output
+from ._port import M
+from ._ports import Input, Output, link
 
 
 class Net:
@@ -108,7 +109,7 @@ class Net:
             else:
                 yield from child.nodes()
 
-    def connect(self, output: Output, input: Input) -> None:
+    def connect(self, output: Output[M], input: Input[M]) -> None:
         """Connect ``output`` to ``input``: the input reads the output's latest message.
 
         An output may feed any number of inputs; an input has at most one source.
@@ -116,7 +117,8 @@ class Net:
 
         Raises:
             TypeError: the arguments are not an output and an input of node instances.
-            ValueError: the input already has a source.
+            ValueError: the input already has a source, or the two declare messages that
+                cannot match (see :ref:`net.typed-connect`).
         """
         if not isinstance(output, Output):
             raise TypeError(
@@ -140,8 +142,7 @@ class Net:
                 f"input {input.name!r} already has the source {input._source.name!r}; "
                 "an input has at most one source"
             )
-        input._source = output
-        output._readers.append(input)
+        link(output, input)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} with {sum(1 for _ in self.nodes())} node(s)>"

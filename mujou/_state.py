@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: port messages may be nests, with their stamps; the inputs' fresh flags
 META_KEY = "@mujou"  # not an identifier, so never the name of a node or a sub-net
 
 
