@@ -421,39 +421,54 @@ def test_send_stores_a_snapshot() -> None:
 # ports.send-type
 
 
+class Opaque:
+    """An object that is neither a tensor, a scalar nor a container of messages."""
+
+
 class BadSender(Node):
     y = Output()
+
+    BAD: tuple[tuple[object, str], ...] = (
+        (1.0, r"a float: a message is not a bare scalar; send a tensor \(torch\.tensor\(x\)\)"),
+        (None, r"a NoneType: a message is not a bare scalar; send a tensor \(torch\.tensor\(x\)\)"),
+        ("tensor", r"a str: a message is not a bare scalar; send a tensor \(torch\.tensor\(x\)\)"),
+        (Opaque(), r"a test_nodes_and_ports\.Opaque at the top"),
+        ({"a": [torch.zeros(1), Opaque()]}, r"a test_nodes_and_ports\.Opaque at \['a'\]\[1\]"),
+        ({1: torch.zeros(1)}, r"the dict key 1 at the top \(dict keys are str\)"),
+    )
 
     def __init__(self) -> None:
         super().__init__(period=0.25, seed=0)
         self.errors: list[tuple[str, BaseException | None]] = []
 
     def on_update(self, dt: float) -> None:
-        bad: list[object] = [1.0, 3, None, [1.0, 2.0], "tensor", (torch.zeros(1),)]
-        for value in bad:
+        for value, pattern in self.BAD:
             try:
                 self.y.send(value)  # type: ignore[arg-type]  # the wrong type on purpose
             except TypeError as exc:
-                self.errors.append((type(value).__name__, exc))
+                self.errors.append((pattern, exc))
             else:
-                self.errors.append((type(value).__name__, None))
+                self.errors.append((pattern, None))
         self.y.send(torch.zeros(1))
 
 
 @pytest.mark.rule("ports.send-type")
-def test_send_accepts_only_tensors() -> None:
-    """> `send` accepts a torch.Tensor only; anything else raises TypeError naming the port and
-    > the type received."""
+def test_send_accepts_only_messages() -> None:
+    """> `send` accepts a message only; anything else raises TypeError naming the port, what it
+    > received and where in the nest."""
     node = BadSender()
     net = Bag(sender=node)
     with mujou.run(net, timer=vt()) as run:
         run.sleep(0.25)
         assert run.read(node.y) is not None
-    assert len(node.errors) == 6
-    for type_name, exc in node.errors:
-        assert exc is not None, f"send() accepted a {type_name}"
-        pattern = rf"^port 'sender\.y' sends torch\.Tensor messages, got {type_name}$"
-        assert re.search(pattern, str(exc)), str(exc)
+    assert len(node.errors) == len(BadSender.BAD)
+    for pattern, exc in node.errors:
+        assert exc is not None, f"send() accepted what {pattern!r} describes"
+        full = (
+            r"^port 'sender\.y' sends a tensor, or a nest \(.*\) of tensors and bool, int, float, "
+            rf"str or None; got {pattern}$"
+        )
+        assert re.search(full, str(exc)), str(exc)
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ DOCUMENTED_API = frozenset(
         "Node",
         "Input",
         "Output",
+        "TensorSpec",
         "Net",
         "NodeList",
         "NodeDict",

@@ -384,8 +384,10 @@ def test_bad_inputs() -> None:
         mujou.run(net, inputs={net.tick.out: torch.zeros(1)})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match=r"^input 'reader\.x' in inputs= is not a port of this net$"):
         mujou.run(net, inputs={stranger.reader.x: torch.zeros(1)})
-    with pytest.raises(TypeError, match=r"^inputs\['reader\.x'\] must be a torch\.Tensor, got list$"):
-        mujou.run(stranger, inputs={stranger.reader.x: [1.0]})  # type: ignore[dict-item]
+    with pytest.raises(
+        TypeError, match=r"^inputs\['reader\.x'\] takes a tensor, or a nest .*; got a set at the top$"
+    ):
+        mujou.run(stranger, inputs={stranger.reader.x: {1.0}})
     assert log.snapshot() == []
 
 

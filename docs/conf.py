@@ -85,6 +85,7 @@ nitpick_ignore_regex = [
     ("py:.*", r"(collections\.abc|contextlib|os|pathlib|queue|types|typing)\.\w+"),
     ("py:.*", r"torch(\.\w+)+"),
     ("py:class", r"(mujou\._containers\.)?M"),  # the member type of NodeList and NodeDict
+    ("py:class", r"mujou\._port\.M"),  # the type of a port's messages: a TypeVar, not a class
 ]
 
 html_theme = "alabaster"

@@ -18,6 +18,7 @@ from ._node import Node as Node
 from ._ports import Input as Input
 from ._ports import Output as Output
 from ._run import Run as Run
+from ._specs import TensorSpec as TensorSpec
 from ._start import run as run
 from ._state import load as load
 from ._state import save as save
@@ -51,6 +52,7 @@ __all__ = [
     "RunStats",
     "StateFileError",
     "Subscription",
+    "TensorSpec",
     "Timer",
     "UnsavedAttributeWarning",
     "VirtualTimer",

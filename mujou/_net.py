@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from ._node import Node, _core, is_initialized, not_initialized_message
-from ._ports import Input, Output
+from ._port import M
+from ._ports import Input, Output, link
 
 _PLAIN_COLLECTIONS = (list, tuple, set, frozenset, dict)
 
@@ -217,7 +218,7 @@ class Net(Branch):
         unplace(member)
         del self._children[attr]
 
-    def connect(self, output: Output, input: Input) -> None:
+    def connect(self, output: Output[M], input: Input[M]) -> None:
         """Connect ``output`` to ``input``: the input reads the output's latest message.
 
         An output may feed any number of inputs; an input has at most one source.
@@ -225,7 +226,8 @@ class Net(Branch):
 
         Raises:
             TypeError: the arguments are not an output and an input of node instances.
-            ValueError: the input already has a source.
+            ValueError: the input already has a source, or the two declare messages that
+                cannot match (see :ref:`net.typed-connect`).
             RuntimeError: a node of either port is in a run that has not ended.
         """
         if not isinstance(output, Output):
@@ -257,8 +259,7 @@ class Net(Branch):
                 f"input {input.name!r} already has the source {input._source.name!r}; "
                 "an input has at most one source"
             )
-        input._source = output
-        output._readers.append(input)
+        link(output, input)
 
     def __repr__(self) -> str:
         """``<Robot net: 2 nodes>``, with the net's name when it is a sub-net; never raises."""

@@ -15,7 +15,8 @@ from ._devices import parse_device
 from ._errors import UnsavedAttributeWarning
 from ._numbers import positive
 from ._plain import is_plain, on_device
-from ._ports import Input, _Port
+from ._port import Staged, _Port
+from ._ports import Input
 from ._state import cpu_copy, is_stateful, load_errors_message
 
 if TYPE_CHECKING:
@@ -85,10 +86,10 @@ class NodeCore:
         self.ports: dict[str, _Port] = {}
         self.hook_thread = 0  # the thread running a hook of this node now, else 0
         self.hooks: Hooks | None = None  # the hook caller of the node's latest run
-        self.reads: list[tuple[Input, torch.Tensor, int]] = []  # this hook's reads, checked after it
+        self.reads: list[tuple[Input[Any], torch.Tensor, int]] = []  # this hook's reads, checked after it
         # Where sends go: the engine's list of messages visible at the batch's end under the
         # virtual timer (visibility.virtual), else None (published at once). Set per run.
-        self.staged: list[tuple[_Port, torch.Tensor, int]] | None = None
+        self.staged: list[Staged] | None = None
         self.engine: Engine | None = None
         self.streams: NodeStreams | None = None  # set for the run when the node touches CUDA
 

@@ -5,230 +5,230 @@ in ``Node.__init__``, kept in the node's ``__dict__`` under the same name. The d
 has ``__set__`` (ports cannot be reassigned) but no ``__get__``, so ``node.y`` finds the copy
 in the instance dict at the speed of any attribute, while ``Node.y`` is the declared port.
 Messages are shared between the readers of a port and must not be changed in place: see
-:ref:`ports.message-read-only`.
+:ref:`ports.message-read-only`. A message is a tensor or a nest of tensors and scalars
+(``_messages.py``); a bare tensor takes a path of its own, the hot path of every update.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
 import torch
 
+from ._cuda import host_to_node
+from ._messages import KINDS, Nest, flatten, map_tensors, rebuild
+from ._port import M, _Port
 from ._routing import Route
+from ._specs import Declared, clash
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._engine._slot import Slot
     from ._node import Node, NodeCore
 
-Watcher = Callable[[torch.Tensor], None]
-# A published message: the tensor and its version counter when it was sent, as one reference,
-# so a reader on another thread sees both of one message, never a pair torn between two.
-Latest = tuple[torch.Tensor, int]
 _get_ident = threading.get_ident
 _Tensor = torch.Tensor
 _DEVICE = Route.DEVICE
-# Guards replacing a port's watchers (subscribe, wait_for and their ends, from any host
-# thread): adding and removing are rare, so one lock serves every port.
-_WATCHERS_LOCK = threading.Lock()
+# Guards the host's writes, which may come from several host threads at once: each gets a
+# number of its own (a node's sends come from its hooks, one at a time).
+_WRITE_LOCK = threading.Lock()
 
 
-class _Port:
-    """What inputs and outputs share: a name, a node, the latest message and its watchers."""
-
-    __slots__ = ("_attr", "_core", "_latest", "_node", "_watchers")
-
-    def __init__(self) -> None:
-        self._attr = ""
-        self._node: Node | None = None
-        self._core: NodeCore | None = None  # the node's, for the hot paths
-        self._latest: Latest | None = None  # replaced whole by each publish, read once
-        # Replaced (under _WATCHERS_LOCK), never mutated, so a sender iterates it without a lock.
-        self._watchers: tuple[Watcher, ...] = ()
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._attr = name
-
-    def __set__(self, node: object, value: object) -> None:
-        raise AttributeError(
-            f"port {self._attr!r} of {type(node).__name__} cannot be assigned; "
-            "ports are declared once on the class"
-        )
-
-    def _bound_copy(self, node: Node, core: NodeCore) -> _Port:
-        port = type(self).__new__(type(self))
-        _Port.__init__(port)
-        port._attr = self._attr
-        port._node = node
-        port._core = core
-        return port
-
-    @property
-    def node(self) -> Node:
-        """The node this port belongs to."""
-        if self._node is None:
-            raise TypeError(
-                f"{type(self).__name__} {self._attr!r} is the class attribute; "
-                "use the port of a node instance (node.port)"
-            )
-        return self._node
-
-    @property
-    def name(self) -> str:
-        """The port's dotted name, made of the node's name, a dot and the attribute name."""
-        if self._node is None:
-            return self._attr
-        node_name = self._node.name
-        return f"{node_name}.{self._attr}" if node_name else self._attr
-
-    def _publish(self, message: torch.Tensor, version: int | None = None) -> None:
-        """Make ``message`` the latest; ``version`` is its version counter when it was sent."""
-        self._latest = (message, message._version if version is None else version)
-        for watcher in self._watchers:
-            watcher(message)
-
-    def _message(self) -> torch.Tensor | None:
-        """The message a reader of this port gets now (see Input for inputs)."""
-        return self._checked_latest()
-
-    def _checked_latest(self) -> torch.Tensor | None:
-        """The latest message, checked to be as it was published (ports.message-read-only)."""
-        latest = self._latest
-        if latest is None:
-            return None
-        message, version = latest
-        if message._version != version:
-            self._raise_changed()
-        return message
-
-    def _peek(self) -> torch.Tensor | None:
-        """The latest message as it is now, unchecked (the state tree, run.wait_for)."""
-        latest = self._latest
-        return None if latest is None else latest[0]
-
-    def _raise_changed(self) -> NoReturn:
-        raise RuntimeError(
-            f"the latest message on {self.name!r} was changed in place after it was sent, "
-            "by a node that kept a message it read (or a view of it, as "
-            "torch.nn.utils.vector_to_parameters makes), or by the sender after "
-            "send(copy=False); messages are read-only: clone them before changing them or "
-            "keeping them, and send with copy=False only a tensor the node no longer changes"
-        )
-
-    def _add_watcher(self, watcher: Watcher) -> None:
-        with _WATCHERS_LOCK:
-            self._watchers = (*self._watchers, watcher)
-
-    def _remove_watcher(self, watcher: Watcher) -> None:
-        with _WATCHERS_LOCK:
-            # ==, not is: a bound method is a new object each time it is read.
-            self._watchers = tuple(w for w in self._watchers if w != watcher)
-
-    def _check_hook_thread(self, verb: str) -> Node:
-        node = self.node
-        if node._mujou.hook_thread != threading.get_ident():
-            raise RuntimeError(
-                f"port {self.name!r}: {verb}() was called outside the hooks of node "
-                f"{node.name!r}; a port is used only from its node's hooks, and the host "
-                "uses run.read() and run.write()"
-            )
-        return node
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r}>"
-
-
-class Output(_Port):
+class Output(_Port, Generic[M]):
     """A port a node sends messages on; any number of inputs read it.
 
-    Declare it on the node class: ``y = Output()``. See :ref:`ports.declare`.
+    Declare it on the node class: ``y = Output()``; ``Output(dtype=..., shape=...)`` or
+    ``Output(spec=...)`` declares what its messages are (:class:`TensorSpec`). For type
+    checkers, ``Output[Pose]`` sends ``Pose`` messages (``Output()`` alone: tensors). See
+    :ref:`ports.declare` and :ref:`ports.typed`.
     """
 
-    __slots__ = ("_readers", "_route")
+    __slots__ = ("_checks", "_readers", "_route", "_slot")
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._readers: list[Input] = []
+    @overload
+    def __init__(
+        self, *, dtype: torch.dtype | None = None, shape: Sequence[int | None] | None = None
+    ) -> None: ...
+
+    @overload
+    def __init__(self, *, spec: type[M]) -> None: ...
+
+    @overload
+    def __init__(self, *, spec: object) -> None: ...
+
+    def __init__(self, *, dtype: object = None, shape: object = None, spec: object = None) -> None:
+        super().__init__(dtype, shape, spec)
+        self._readers: list[Input[Any]] = []
         self._route = Route.HOST  # planned when a run starts
+        self._slot: Slot | None = None  # the node's in the current (or last) run: the stamps
+        # The declarations a message is checked against: the port's own, then its readers'.
+        self._checks: tuple[tuple[Declared, _Port], ...] = ()
 
-    def _bound_copy(self, node: Node, core: NodeCore) -> Output:
+    def _bound_copy(self, node: Node, core: NodeCore) -> Output[M]:
         port = super()._bound_copy(node, core)
         assert isinstance(port, Output)
         port._readers = []
         port._route = Route.HOST
+        port._slot = None
+        port._checks = () if self._declared is None else ((self._declared, port),)
         return port
 
-    def send(self, value: torch.Tensor, *, copy: bool = True) -> None:
+    def _begin_run(self, slot: Slot) -> None:
+        """A run of the node starts: its messages are stamped with its updates' times (ports.stamp)."""
+        self._slot = slot
+
+    def send(self, value: M, *, copy: bool = True) -> None:
         """Send a snapshot of ``value``: later changes to ``value`` do not change the message.
 
-        With ``copy=False``, ``value`` itself is the message wherever no copy is needed (as
+        ``value`` is a tensor or a nest of tensors and scalars; each tensor is snapshotted.
+        With ``copy=False``, a tensor itself is the message wherever no copy is needed (as
         ``Tensor.to(copy=False)``): the node hands it over and must not change it afterwards.
-        Called from the hooks of this port's node only. See :ref:`ports.send-snapshot` and
-        :ref:`ports.send-no-copy`.
+        Called from the hooks of this port's node only. See :ref:`ports.send-snapshot`,
+        :ref:`ports.send-no-copy` and :ref:`ports.message`.
 
         Raises:
-            TypeError: ``value`` is not a tensor, or ``copy`` is not a bool.
+            TypeError: ``value`` is not a message, does not match the port's declaration (or
+                a reader's), or ``copy`` is not a bool.
             RuntimeError: called outside the node's hooks.
         """
         core = self._core
         if core is None or core.hook_thread != _get_ident():
-            core = self._check_hook_thread("send")._mujou
-        if not isinstance(value, _Tensor):
-            raise TypeError(f"port {self.name!r} sends torch.Tensor messages, got {type(value).__name__}")
+            core = self._check_hook_thread("send()")._mujou
+        if value.__class__ is not _Tensor and not isinstance(value, _Tensor):
+            self._send_nest(value, copy, core)
+            return
         if copy is not True and copy is not False:
             raise TypeError(f"copy must be a bool, got {type(copy).__name__}: {copy!r}")
-        if value.requires_grad:
-            value = value.detach()
-        if value.is_cpu:
-            message = value.clone() if copy else value
-        elif self._route is _DEVICE and value.device == core.device:
+        if self._checks:
+            self._check(value)
+        tensor: torch.Tensor = value  # type: ignore[assignment]  # a tensor, just checked
+        if tensor.requires_grad:
+            tensor = tensor.detach()
+        if tensor.is_cpu:
+            message = tensor.clone() if copy else tensor
+        else:
+            message = self._snapshot_off_cpu(tensor, copy, core)
+        stamp = self._slot.last  # type: ignore[union-attr]  # set for the run: send() runs in a hook
+        if core.staged is None:  # _publish, inlined: the hot path
+            latest = self._latest
+            self._latest = (message, message._version, None, stamp, 1 if latest is None else latest[4] + 1)
+            for watcher in self._watchers:
+                watcher(message)
+        else:  # virtual timer: visible once the batch ends (visibility.virtual)
+            core.staged.append((self, message, message._version, None, stamp))
+
+    def _snapshot_off_cpu(self, tensor: torch.Tensor, copy: bool, core: NodeCore) -> torch.Tensor:
+        """The message of a tensor that is not on the CPU (detached): see the CUDA rules."""
+        if self._route is _DEVICE and tensor.device == core.device:
             # cuda.send-stays-on-device: copied on the node's stream, which is waited for
             # before any reader can see the copy (or the tensor, with copy=False).
             assert core.streams is not None and core.streams.stream is not None
             own = core.streams.stream
-            current = torch.cuda.current_stream(value.device)
+            current = torch.cuda.current_stream(tensor.device)
             if current != own:  # the hook made another stream current: its work comes first
                 own.wait_stream(current)
             if copy:
                 with torch.cuda.stream(own):
-                    message = value.clone()
+                    message = tensor.clone()
             else:
-                message = value
+                message = tensor
             own.synchronize()
-        elif value.is_cuda:
-            message = value.to("cpu", copy=True)  # cuda.host-memory-route
+            return message
+        if tensor.is_cuda:
+            return tensor.to("cpu", copy=True)  # cuda.host-memory-route
+        return tensor.clone() if copy else tensor
+
+    def _send_nest(self, value: object, copy: object, core: NodeCore) -> None:
+        """send() of anything but a tensor: a nest, snapshotted leaf by leaf (ports.message)."""
+        try:
+            leaves, spec = flatten(value)
+        except TypeError as exc:
+            raise TypeError(f"port {self.name!r} sends {KINDS}; got {exc}") from None
+        if copy is not True and copy is not False:
+            raise TypeError(f"copy must be a bool, got {type(copy).__name__}: {copy!r}")
+        if self._checks:
+            self._check(value)
+        snapshot = []
+        for leaf in leaves:
+            if isinstance(leaf, _Tensor):
+                tensor = leaf.detach() if leaf.requires_grad else leaf
+                if tensor.is_cpu:
+                    snapshot.append(tensor.clone() if copy else tensor)
+                else:
+                    snapshot.append(self._snapshot_off_cpu(tensor, copy, core))
+            else:
+                snapshot.append(leaf)
+        message = rebuild(spec, snapshot)
+        nest = Nest(spec, snapshot)
+        stamp = self._slot.last  # type: ignore[union-attr]  # set for the run: send() runs in a hook
+        if core.staged is None:
+            self._publish(message, 0, nest, stamp)
         else:
-            message = value.clone() if copy else value
-        if core.staged is None:  # _publish, inlined: the hot path
-            self._latest = (message, message._version)
-            for watcher in self._watchers:
-                watcher(message)
-        else:  # virtual timer: visible once the batch ends (visibility.virtual)
-            core.staged.append((self, message, message._version))
+            core.staged.append((self, message, 0, nest, stamp))
+
+    def _check(self, value: object) -> None:
+        for declared, owner in self._checks:
+            problem = declared.problem(value)
+            if problem:
+                if owner is self:
+                    raise TypeError(f"port {self.name!r} {problem}")
+                raise TypeError(f"port {self.name!r} sends to input {owner.name!r}, which {problem}")
 
 
-class Input(_Port):
+class Input(_Port, Generic[M]):
     """A port a node reads the latest message of its one source from.
 
     Declare it on the node class: ``x = Input()``; ``Input(optional=True)`` may stay without
-    a source and without host messages. See :ref:`ports.read-latest`.
+    a source and without host messages; ``dtype=``, ``shape=`` and ``spec=`` declare what its
+    messages are, as for :class:`Output`. See :ref:`ports.read-latest`.
     """
 
-    __slots__ = ("_optional", "_source")
+    __slots__ = ("_optional", "_seen", "_seen_before", "_slot", "_source")
 
-    def __init__(self, *, optional: bool = False) -> None:
-        super().__init__()
+    @overload
+    def __init__(
+        self,
+        *,
+        optional: bool = False,
+        dtype: torch.dtype | None = None,
+        shape: Sequence[int | None] | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(self, *, optional: bool = False, spec: type[M]) -> None: ...
+
+    @overload
+    def __init__(self, *, optional: bool = False, spec: object) -> None: ...
+
+    def __init__(
+        self, *, optional: bool = False, dtype: object = None, shape: object = None, spec: object = None
+    ) -> None:
         if not isinstance(optional, bool):
             raise TypeError(f"optional must be a bool, got {type(optional).__name__}: {optional!r}")
+        super().__init__(dtype, shape, spec)
         self._optional = optional
-        self._source: Output | None = None
+        self._source: Output[Any] | None = None
+        self._slot: Slot | None = None  # the node's in the current (or last) run
+        # The number of the latest message when the node's last update started, and when
+        # the update before it started (0: none yet): see Input.fresh.
+        self._seen = 0
+        self._seen_before = 0
 
-    def _bound_copy(self, node: Node, core: NodeCore) -> Input:
+    def _bound_copy(self, node: Node, core: NodeCore) -> Input[M]:
         port = super()._bound_copy(node, core)
         assert isinstance(port, Input)
         port._optional = self._optional
         port._source = None
+        port._slot = None
+        port._seen = port._seen_before = 0
         return port
+
+    def _begin_run(self, slot: Slot) -> None:
+        """A run of the node starts: no update has seen a message yet (ports.fresh)."""
+        self._slot = slot
+        self._seen = self._seen_before = 0
 
     @property
     def optional(self) -> bool:
@@ -236,15 +236,15 @@ class Input(_Port):
         return self._optional
 
     @property
-    def source(self) -> Output | None:
+    def source(self) -> Output[M] | None:
         """The output connected to this input, or None (the host may write it)."""
         return self._source
 
-    def _message(self) -> torch.Tensor | None:
+    def _message(self) -> Any:
         source = self._source
         return self._checked_latest() if source is None else source._checked_latest()
 
-    def read(self) -> torch.Tensor | None:
+    def read(self) -> M | None:
         """The latest visible message, on this node's device, or None when there is none yet.
 
         The message is shared with the other readers: do not change it in place (clone it
@@ -252,24 +252,139 @@ class Input(_Port):
         """
         core = self._core
         if core is None or core.hook_thread != _get_ident():
-            core = self._check_hook_thread("read")._mujou
+            core = self._check_hook_thread("read()")._mujou
         port = self if self._source is None else self._source
         latest = port._latest
         if latest is None:
             return None
-        message, version = latest
+        message, version, nest, _, _ = latest
+        if nest is not None:
+            return cast("M", self._read_nest(core, port, message, nest))
         if message._version != version:
             port._raise_changed()
         if core.cpu and message.is_cpu:  # the common case, in short
             core.reads.append((self, message, version))
-            return message
+            return cast("M", message)
         if message.device == core.device:
             if core.streams is not None and core.streams.stream is not None:
                 # The reader's kernels use the sender's memory: keep it from being reused
                 # before they are done.
                 message.record_stream(core.streams.stream)
             core.reads.append((self, message, version))
+            return cast("M", message)
+        return cast("M", _move(message, core))
+
+    def _read_nest(self, core: NodeCore, port: _Port, message: Any, nest: Nest) -> Any:
+        """read() of a nest: checked, and its tensors moved to this node's device one by one."""
+        if not nest.unchanged(message):
+            port._raise_changed()
+        moved = False
+        for tensor, version in nest.tensors:
+            if tensor.device == core.device:
+                if tensor.is_cuda and core.streams is not None and core.streams.stream is not None:
+                    tensor.record_stream(core.streams.stream)
+                core.reads.append((self, tensor, version))
+            else:
+                moved = True
+        if not moved:
             return message
-        if message.is_cuda and core.streams is not None:
-            return core.streams.copy_in(message)  # cuda.copy-stream, cuda.device-to-device
-        return message.to(core.device)
+        device = core.device
+        return map_tensors(message, lambda tensor: tensor if tensor.device == device else _move(tensor, core))
+
+    @property
+    def stamp(self) -> float | None:
+        """The timer time the latest visible message was sent at, or None when there is none.
+
+        Called from the hooks of this port's node only. See :ref:`ports.stamp`.
+        """
+        core = self._core
+        if core is None or core.hook_thread != _get_ident():
+            self._check_hook_thread("stamp")
+        latest = (self if self._source is None else self._source)._latest
+        return None if latest is None else latest[3]
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the latest visible message arrived since the node's last update started.
+
+        In ``on_update``: since the node's previous update started (in its first update of a
+        run: whether there is a message). Called from the hooks of this port's node only.
+        See :ref:`ports.fresh`.
+        """
+        core = self._core
+        if core is None or core.hook_thread != _get_ident():
+            self._check_hook_thread("fresh")
+        latest = (self if self._source is None else self._source)._latest
+        if latest is None:
+            return False
+        slot = self._slot
+        in_update = slot is not None and slot.hook == "on_update"
+        return latest[4] != (self._seen_before if in_update else self._seen)
+
+    def _fresh_next(self) -> bool:
+        """Whether the node's next update finds the latest message fresh (for the state tree)."""
+        latest = (self if self._source is None else self._source)._latest
+        return latest is not None and latest[4] != self._seen
+
+    def _restore_fresh(self, fresh: bool) -> None:
+        """Make the node's next update find the latest message fresh, or not (a restore)."""
+        latest = (self if self._source is None else self._source)._latest
+        number = 0 if latest is None else latest[4]
+        self._seen = number - 1 if fresh else number
+
+    def _host_snapshot(self, value: object, what: str) -> tuple[Any, Nest | None]:
+        """The host's snapshot of ``value`` for this input, on its node's device, and its tensors.
+
+        Raises TypeError, starting with ``what``, when ``value`` is not a message or does not
+        match the input's declaration (cuda.write-on-device for each tensor).
+        """
+        device = self.node.device
+        if isinstance(value, _Tensor):
+            self._check_host(value, what)
+            return host_to_node(value, device), None
+        try:
+            leaves, spec = flatten(value)
+        except TypeError as exc:
+            raise TypeError(f"{what} takes {KINDS}; got {exc}") from None
+        self._check_host(value, what)
+        snapshot = [host_to_node(leaf, device) if isinstance(leaf, _Tensor) else leaf for leaf in leaves]
+        return rebuild(spec, snapshot), Nest(spec, snapshot)
+
+    def _check_host(self, value: object, what: str) -> None:
+        if self._declared is not None:
+            problem = self._declared.problem(value)
+            if problem:
+                raise TypeError(f"{what}: input {self.name!r} {problem}")
+
+    def _write(self, message: Any, nest: Nest | None, stamp: float) -> None:
+        """Publish the host's message (run.write, inputs=, a restore), sent at ``stamp``."""
+        version = message._version if nest is None else 0
+        with _WRITE_LOCK:
+            self._publish(message, version, nest, stamp)
+
+
+def _move(tensor: torch.Tensor, core: NodeCore) -> torch.Tensor:
+    """A message's tensor copied to the reading node's device (cuda.copy-stream, cuda.device-to-device)."""
+    if tensor.is_cuda and core.streams is not None:
+        return core.streams.copy_in(tensor)
+    return tensor.to(core.device)
+
+
+def link(output: Output[Any], input: Input[Any]) -> None:
+    """Make ``output`` the source of ``input``; ValueError when their declarations clash.
+
+    See :ref:`net.typed-connect`.
+    """
+    if output._declared is not None and input._declared is not None:
+        found = clash(output._declared.tree, input._declared.tree)
+        if found:
+            raise ValueError(
+                f"cannot connect output {output.name!r} to input {input.name!r}: the output "
+                f"declares {output._declared.text} and the input {input._declared.text}, "
+                f"which no message matches ({found.strip()})"
+            )
+    input._source = output
+    output._readers.append(input)
+    declared = input._declared
+    if declared is not None and all(declared is not known for known, _ in output._checks):
+        output._checks = (*output._checks, (declared, input))

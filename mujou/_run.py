@@ -8,24 +8,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, final
+from typing import Any, cast, final
 
-import torch
-
-from ._cuda import host_to_node
 from ._engine import Engine, in_hook_thread
 from ._engine._snapshot import progress_sample, run_stats
 from ._errors import HookError
+from ._messages import Nest, cpu_copy
 from ._net import Net
 from ._numbers import non_negative, shown
-from ._ports import Input, Output, _Port
+from ._port import M, _Port
+from ._ports import Input, Output
 from ._stats import RunStats
 from ._subscription import Subscription
 
 
-def _host_message(port: Input, message: torch.Tensor) -> torch.Tensor:
-    """The host's snapshot of ``message`` for ``port``, on the port's node's device."""
-    return host_to_node(message, port.node.device)
+def _host_message(port: Input[Any], message: object, what: str) -> tuple[Any, Nest | None]:
+    """The host's snapshot of ``message`` for ``port``, on the port's node's device, and its
+    tensors; TypeError starting with ``what`` for a value that is not a message or does not
+    match the port's declaration."""
+    return port._host_snapshot(message, what)
 
 
 @final
@@ -38,7 +39,7 @@ class Run:
 
     _net: Net
     _engine: Engine
-    _subscriptions: list[Subscription]
+    _subscriptions: list[Subscription[Any]]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("mujou.Run has no public constructor; use mujou.run(net)")
@@ -83,19 +84,21 @@ class Run:
 
     # -- reading and writing ---------------------------------------------------------------
 
-    def read(self, port: Input | Output) -> torch.Tensor | None:
+    def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
         if not in_hook_thread():
             self._engine.hooks.flush_warnings(stacklevel=2)
         checked = self._port(port)
         message = checked._message()
-        return None if message is None else message.to("cpu", copy=True)
+        return None if message is None else cast("M", cpu_copy(message))
 
-    def write(self, port: Input, value: torch.Tensor) -> None:
+    def write(self, port: Input[M], value: M) -> None:
         """Set the latest message of an input without a source. See :ref:`run.write`.
 
+        ``value`` is a tensor or a nest of tensors and scalars, as for ``Output.send``.
+
         Raises:
-            TypeError: ``value`` is not a tensor.
+            TypeError: ``value`` is not a message, or does not match the input's declaration.
             ValueError: ``port`` has a source in the net.
             HookError: a hook failed.
             RuntimeError: the run has ended.
@@ -109,12 +112,11 @@ class Run:
                 f"input {checked.name!r} has the source {checked.source.name!r}; the host "
                 "writes only inputs without a source"
             )
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"run.write() takes a torch.Tensor, got {type(value).__name__}")
+        message = _host_message(checked, value, "run.write()")
         self._live("write")
-        self._engine.host_write(checked, _host_message(checked, value))
+        self._engine.host_write(checked, message)
 
-    def subscribe(self, port: Input | Output, maxsize: int = 1024) -> Subscription:
+    def subscribe(self, port: Input[M] | Output[M], maxsize: int = 1024) -> Subscription[M]:
         """Every message made visible on ``port`` from now on. See :ref:`run.subscribe`."""
         self._host_call("subscribe")
         checked = self._port(port)
@@ -124,7 +126,7 @@ class Run:
         self._live("subscribe")
         if isinstance(checked, Input) and checked.source is not None:
             checked = checked.source
-        subscription = Subscription._open(
+        subscription: Subscription[M] = Subscription._open(
             checked, maxsize, self._subscriptions.remove, self._engine.raise_error, self._engine.virtual
         )
         self._subscriptions.append(subscription)
@@ -132,10 +134,10 @@ class Run:
 
     def wait_for(
         self,
-        port: Input | Output,
-        predicate: Callable[[torch.Tensor], bool] | None = None,
+        port: Input[M] | Output[M],
+        predicate: Callable[[M], bool] | None = None,
         timeout: float | None = None,
-    ) -> torch.Tensor:
+    ) -> M:
         """Wait until the port's latest message satisfies ``predicate``; return a CPU copy.
 
         The current latest message is checked first. ``timeout`` is in timer seconds. Under
@@ -155,14 +157,14 @@ class Run:
             )
         until = None if timeout is None else self.time + _seconds("timeout", timeout)
         source = checked.source if isinstance(checked, Input) and checked.source else checked
-        found: list[torch.Tensor] = []
-        checked_last: list[torch.Tensor | None] = [None]
+        found: list[M] = []
+        checked_last: list[object] = [None]
 
-        def matches(message: torch.Tensor | None) -> bool:
+        def matches(message: object) -> bool:
             if message is None or message is checked_last[0]:
                 return False
             checked_last[0] = message
-            copy = message.to("cpu", copy=True)
+            copy: M = cpu_copy(message)
             if predicate is None or predicate(copy):
                 found.append(copy)
                 return True
@@ -179,9 +181,9 @@ class Run:
         if engine.virtual:
             engine.advance(until, latest_matches)
         else:
-            arrived: list[torch.Tensor] = []
+            arrived: list[object] = []
 
-            def watcher(message: torch.Tensor) -> None:
+            def watcher(message: object) -> None:
                 arrived.append(message)
                 engine.notify_host()
 

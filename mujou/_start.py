@@ -16,9 +16,11 @@ import torch
 from ._cpus import default_workers, gil_enabled, physical_cores, usable_cpus
 from ._engine import Engine
 from ._errors import OversubscriptionWarning
+from ._messages import Nest
 from ._net import Net
 from ._node import Node
-from ._ports import Input, Output, _Port
+from ._port import _Port
+from ._ports import Input, Output
 from ._progress import Progress
 from ._run import Run, _host_message
 from ._timer import RealTimeTimer, Timer
@@ -31,7 +33,7 @@ def run(
     *,
     workers: int | None = None,
     timer: Timer | None = None,
-    inputs: Mapping[Input, torch.Tensor] | None = None,
+    inputs: Mapping[Input[Any], Any] | None = None,
     state: Mapping[str, Any] | None = None,
     trace: str | os.PathLike[str] | None = None,
     progress: bool = False,
@@ -169,14 +171,15 @@ def _outsider(port: _Port) -> str:
 
 
 def _check_inputs(
-    nodes: list[Node], inputs: Mapping[Input, torch.Tensor] | None
-) -> dict[Input, torch.Tensor]:
+    nodes: list[Node], inputs: Mapping[Input[Any], Any] | None
+) -> dict[Input[Any], tuple[Any, Nest | None]]:
+    """The first messages of ``inputs=``, checked and snapshotted for their nodes (run.arguments)."""
     if inputs is None:
         inputs = {}
     elif not isinstance(inputs, Mapping):
-        raise TypeError(f"inputs must be a mapping from Input to tensor, got {type(inputs).__name__}")
+        raise TypeError(f"inputs must be a mapping from Input to message, got {type(inputs).__name__}")
     members = {id(node) for node in nodes}
-    first: dict[Input, torch.Tensor] = {}
+    first: dict[Input[Any], tuple[Any, Nest | None]] = {}
     for key, message in inputs.items():
         port: object = key
         if not isinstance(port, Input) or port._node is None:
@@ -188,10 +191,8 @@ def _check_inputs(
                 f"input {port.name!r} has the source {port.source.name!r}; inputs= gives first "
                 "messages to inputs the host feeds (inputs without a source)"
             )
-        if not isinstance(message, torch.Tensor):
-            raise TypeError(f"inputs[{port.name!r}] must be a torch.Tensor, got {type(message).__name__}")
         try:
-            first[port] = _host_message(port, message)
+            first[port] = _host_message(port, message, f"inputs[{port.name!r}]")
         except (RuntimeError, NotImplementedError) as exc:
             raise ValueError(
                 f"inputs[{port.name!r}] cannot be copied for node {port.node.name!r} on "

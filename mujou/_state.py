@@ -19,7 +19,7 @@ from ._contents import ALLOWED, digest, problems, type_name
 from ._errors import StateFileError
 from ._files import Temporary, file_path, reworded
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: port messages may be nests, with their stamps; the inputs' fresh flags
 META_KEY = "@mujou"  # not an identifier, so never the name of a node or a sub-net
 # The file's own entry, beside the tree's: its format and the checksum of the tree's content
 # (state.file-checksum). mujou.load removes it, so the tree loaded is the tree saved.

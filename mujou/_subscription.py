@@ -7,18 +7,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import final
+from typing import Any, Generic, cast, final
 
-import torch
-
+from ._messages import cpu_copy
 from ._numbers import non_negative
-from ._ports import _Port
+from ._port import M, _Port
 
 _POLL = 0.5  # real seconds: the longest get() sleeps before it looks again (run.interrupt)
 
 
 @final
-class Subscription:
+class Subscription(Generic[M]):
     """The messages made visible on a port after ``run.subscribe(port)``, oldest first.
 
     Holds at most ``maxsize`` messages: when more arrive, the oldest are dropped and counted
@@ -27,12 +26,12 @@ class Subscription:
 
     _port: _Port
     _cond: threading.Condition
-    _buffer: deque[torch.Tensor]
+    _buffer: deque[Any]
     _maxsize: int
     _dropped: int
     _closed: bool
     _ended: bool
-    _on_close: Callable[[Subscription], None]
+    _on_close: Callable[[Subscription[Any]], None]
     _raise_error: Callable[[], None]
     _virtual: bool
 
@@ -44,10 +43,10 @@ class Subscription:
         cls,
         port: _Port,
         maxsize: int,
-        on_close: Callable[[Subscription], None],
+        on_close: Callable[[Subscription[Any]], None],
         raise_error: Callable[[], None],
         virtual: bool,
-    ) -> Subscription:
+    ) -> Subscription[M]:
         self = cls.__new__(cls)
         self._raise_error = raise_error  # raises the run's error, if a hook failed
         self._virtual = virtual
@@ -62,7 +61,7 @@ class Subscription:
         port._add_watcher(self._receive)
         return self
 
-    def _receive(self, message: torch.Tensor) -> None:
+    def _receive(self, message: object) -> None:
         with self._cond:
             if len(self._buffer) == self._maxsize:
                 self._buffer.popleft()
@@ -81,14 +80,14 @@ class Subscription:
         with self._cond:
             return self._dropped
 
-    def drain(self) -> list[torch.Tensor]:
+    def drain(self) -> list[M]:
         """Every waiting message, oldest first, without waiting."""
         with self._cond:
             messages = list(self._buffer)
             self._buffer.clear()
-        return [message.to("cpu", copy=True) for message in messages]
+        return [cast("M", cpu_copy(message)) for message in messages]
 
-    def get(self, timeout: float | None = None) -> torch.Tensor:
+    def get(self, timeout: float | None = None) -> M:
         """The oldest waiting message; waits up to ``timeout`` real seconds for one.
 
         Under the virtual timer nothing arrives while the host waits here, so with no message
@@ -123,7 +122,7 @@ class Subscription:
                     raise queue.Empty
                 self._cond.wait(left)
             message = self._buffer.popleft()
-        return message.to("cpu", copy=True)
+        return cast("M", cpu_copy(message))
 
     def close(self) -> None:
         """Stop receiving messages; the waiting ones are dropped."""
@@ -134,7 +133,7 @@ class Subscription:
             self._cond.notify_all()
         self._on_close(self)
 
-    def __enter__(self) -> Subscription:
+    def __enter__(self) -> Subscription[M]:
         return self
 
     def __exit__(self, *exc: object) -> None:

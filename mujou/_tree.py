@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from ._node import Node
-from ._ports import Input, Output, _Port
+from ._port import _Port
+from ._ports import Input, Output
 from ._state import FORMAT_VERSION, META_KEY, cpu_copy
+from ._stored import MalformedError, decode, encode
 
 if TYPE_CHECKING:
     from ._engine._slot import Slot
@@ -69,9 +69,18 @@ def build_tree(slots: Sequence[Slot], states: Sequence[Any], time: float) -> dic
             "slot": slot.slot,
             "last": slot.last,
         }
-    latest = {name: port._peek() for name, port in state_ports(slots).items()}
-    ports = {name: None if message is None else cpu_copy(message) for name, message in latest.items()}
-    tree[META_KEY] = {"version": FORMAT_VERSION, "time": time, "nodes": nodes, "ports": ports}
+    ports: dict[str, Any] = {}
+    for name, port in state_ports(slots).items():
+        latest = port._latest
+        ports[name] = None if latest is None else encode(latest[0], latest[3])
+    fresh = {port.name: port._fresh_next() for slot in slots for port in slot.inputs}
+    tree[META_KEY] = {
+        "version": FORMAT_VERSION,
+        "time": time,
+        "nodes": nodes,
+        "ports": ports,
+        "fresh": fresh,
+    }
     return tree
 
 
@@ -120,12 +129,53 @@ def check_tree(slots: Sequence[Slot], tree: object) -> tuple[list[str], list[Any
             )
         if state is None:
             problems.append(f"node {slot.name!r} has no state entry in the tree.")
-    ports = meta.get("ports", {})
-    if isinstance(ports, Mapping):
-        for name, message in ports.items():
-            if message is not None and not isinstance(message, torch.Tensor):
-                problems.append(f"port {name!r} holds a {type(message).__name__}, not a tensor.")
-    return problems, states, dict(meta)
+    checked = dict(meta)
+    checked["ports"] = _check_ports(slots, meta.get("ports", {}), problems)
+    checked["fresh"] = _check_fresh(slots, saved_nodes, meta.get("fresh"), problems)
+    return problems, states, checked
+
+
+def _check_ports(slots: Sequence[Slot], ports: object, problems: list[str]) -> dict[str, Any]:
+    """The tree's port messages, rebuilt: (message, stamp) or None by port name (state.port-messages)."""
+    if not isinstance(ports, Mapping):
+        problems.append(f"the tree's {META_KEY!r} ports must be a dict, got {type(ports).__name__}.")
+        return {}
+    known = state_ports(slots)
+    decoded: dict[str, Any] = {}
+    for name, entry in ports.items():
+        if entry is None:
+            decoded[name] = None
+            continue
+        port = known.get(name)
+        try:
+            decoded[name] = message, _ = decode(entry, object if port is None else type(port.node))
+        except MalformedError as exc:
+            problems.append(f"port {name!r} {exc}.")
+            continue
+        declared = None if port is None else port._declared
+        problem = "" if declared is None else declared.problem(message)
+        if problem:
+            problems.append(f"port {name!r} {problem}.")
+    return decoded
+
+
+def _check_fresh(
+    slots: Sequence[Slot], saved_nodes: Mapping[str, Any], fresh: object, problems: list[str]
+) -> dict[str, bool]:
+    """The tree's fresh flags of the inputs (ports.fresh), each a bool."""
+    if not isinstance(fresh, Mapping):
+        problems.append(f"the tree's {META_KEY!r} entry has no fresh flags of the inputs (a dict).")
+        return {}
+    missing = [
+        port.name
+        for slot in slots
+        if slot.name in saved_nodes
+        for port in slot.inputs
+        if not isinstance(fresh.get(port.name), bool)
+    ]
+    if missing:
+        problems.append("Missing fresh flag(s) of input(s): " + ", ".join(f'"{n}"' for n in missing) + ".")
+    return {name: flag for name, flag in fresh.items() if isinstance(flag, bool)}
 
 
 def _lookup(tree: Mapping[str, Any], name: str) -> Any:

@@ -33,7 +33,9 @@ def make_slots(rng: random.Random, count: int, dedicated: float) -> list[Slot]:
     slots = []
     for index in range(count):
         period = rng.choice([0.01, 0.02, 0.03, 0.05])
-        core = SimpleNamespace(period=period, dedicated=rng.random() < dedicated, device=torch.device("cpu"))
+        core = SimpleNamespace(
+            period=period, dedicated=rng.random() < dedicated, device=torch.device("cpu"), ports={}
+        )
         node = SimpleNamespace(name=f"n{index}")
         slots.append(Slot(cast(Any, node), cast(Any, core), index))
     return slots

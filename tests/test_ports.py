@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from mujou import Input, Node, Output
-from mujou._ports import Watcher, _Port
+from mujou._messages import Nest, flatten, rebuild
+from mujou._port import Watcher, _Port
 
 GUARD = 30.0  # seconds: only a hang reaches this
 ROUNDS = 20_000
@@ -47,7 +48,7 @@ class Counter:
     def __init__(self) -> None:
         self.seen = 0
 
-    def __call__(self, message: torch.Tensor) -> None:
+    def __call__(self, message: object) -> None:
         self.seen += 1
 
 
@@ -83,18 +84,34 @@ def two_messages() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_a_published_message_is_one_reference_with_its_version() -> None:
-    """_latest holds the message and its version at the send together, as one tuple."""
+    """_latest holds the message, its version at the send, its stamp and number as one tuple."""
     fresh = Source().y
     assert fresh._latest is None and fresh._message() is None
     port = Source().y
     message = torch.ones(3)
     message.mul_(2.0)
-    port._publish(message)
+    port._publish(message, message._version, None, 0.5)
     latest = port._latest
-    assert isinstance(latest, tuple) and len(latest) == 2, latest
+    assert isinstance(latest, tuple) and len(latest) == 5, latest
     assert latest[0] is message and latest[1] == message._version == 1
+    assert latest[2] is None and latest[3] == 0.5 and latest[4] == 1
     assert port._message() is message and port._peek() is message
+    port._publish(message, message._version, None, 0.75)
+    assert port._latest is not None and port._latest[3:] == (0.75, 2), "the stamp and number move with it"
     assert "_latest_version" not in _Port.__slots__, "the version is part of the one reference"
+    assert "_stamp" not in _Port.__slots__, "the stamp is part of the one reference"
+
+
+def test_a_published_nest_is_one_reference_with_what_it_was() -> None:
+    """A nest's check (its structure, leaves and versions) is in the same tuple as the nest."""
+    port = Source().y
+    leaves, spec = flatten({"a": torch.zeros(2), "b": [1.0]})
+    message = rebuild(spec, leaves)
+    port._publish(message, 0, Nest(spec, leaves), 1.0)
+    assert port._message() is message
+    message["b"].append(2.0)
+    with pytest.raises(RuntimeError, match="changed in place after it was sent"):
+        port._message()
 
 
 def test_a_reader_never_sees_a_message_torn_from_its_version() -> None:
@@ -106,8 +123,8 @@ def test_a_reader_never_sees_a_message_torn_from_its_version() -> None:
 
     def publish() -> None:
         for _ in range(ROUNDS):
-            port._publish(first)
-            port._publish(second)
+            port._publish(first, first._version, None, 0.0)
+            port._publish(second, second._version, None, 0.0)
 
     def read() -> None:
         for _ in range(2 * ROUNDS):
@@ -121,7 +138,7 @@ def test_a_message_changed_in_place_is_still_caught() -> None:
     """The one reference still tells a message changed after its send."""
     port = Source().y
     message = torch.zeros(2)
-    port._publish(message)
+    port._publish(message, message._version, None, 0.0)
     message.add_(1.0)
     with pytest.raises(RuntimeError, match="changed in place after it was sent"):
         port._message()

@@ -34,8 +34,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from .._cpus import gil_enabled
 from .._cuda import NodeStreams
 from .._errors import HookError, MujouInternalError
@@ -54,8 +52,9 @@ from ._slot import RESTORE, START, Job, Slot
 from ._threads import CpuClocks, Parking, dedicated_main, guarded, worker_main
 
 if TYPE_CHECKING:
+    from .._messages import Nest
     from .._node import Node
-    from .._ports import _Port
+    from .._port import Staged
 
 # Real seconds the host's waits sleep at most before they look again: under the real-time
 # timer a wake-up costs about 1 ms of CPU a second at 0.1 s, a tenth of an idle node's; under
@@ -88,7 +87,7 @@ class Engine:
         self._gates = {slot.index: workers + k for k, slot in enumerate(self.policy.dedicated)}
         self.workers = workers
         # Virtual timer: sent, not yet visible; each with its version counter at the send.
-        self.staged: list[tuple[_Port, torch.Tensor, int]] = []
+        self.staged: list[Staged] = []
         self.advance_until: float | None = None  # the host's sleep target, while it sleeps
         self.ended = False
         self.end_time = 0.0
@@ -186,6 +185,7 @@ class Engine:
             for port in core.ports.values():
                 if isinstance(port, Output):
                     port._route = plan.routes[port.name]
+                port._begin_run(slot)  # ports.stamp, ports.fresh
         live.add(self)
         for thread in self._threads:
             thread.start()
@@ -304,8 +304,8 @@ class Engine:
     def _commit(self) -> None:
         """Publish the messages the instant sent (virtual timer; no hook runs)."""
         staged = self.staged  # the nodes append to this list: keep it, empty
-        for port, message, version in staged:
-            port._publish(message, version)
+        for port, message, version, leaves, stamp in staged:
+            port._publish(message, version, leaves, stamp)
         staged.clear()
 
     # -- the host's side -------------------------------------------------------------------
@@ -403,13 +403,14 @@ class Engine:
                 self.advance_until = None
         return done() if done is not None else False
 
-    def host_write(self, port: Input, message: torch.Tensor) -> None:
-        """The host's message: visible to the updates that start after this returns.
+    def host_write(self, port: Input[Any], message: tuple[Any, Nest | None]) -> None:
+        """The host's message (and its tensors): visible to the updates that start after this
+        returns, stamped with the time now (ports.stamp).
 
-        No lock: publishing replaces one reference, and under the virtual timer the host
+        No engine lock: publishing replaces one reference, and under the virtual timer the host
         writes only between instants, when no hook runs.
         """
-        port._publish(message)
+        port._write(message[0], message[1], self.clock.now())
 
     def stop(self) -> None:
         """Stop the run and wait until every started node's on_stop ran and threads ended."""

@@ -6,10 +6,14 @@ See state.resume and state.mismatch.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
+import torch
+
 from .._cuda import host_to_node
+from .._messages import Nest, flatten, rebuild
 from .._ports import Input, Output
 from .._routing import Route
 from .._schedule import first_slot_at_or_after
@@ -80,13 +84,35 @@ def restore_schedule(slots: Sequence[Slot], clock: RealClock | VirtualClock, met
             slot.slot = first_slot_at_or_after(time_, slot.period)
         slot.last = float(saved["last"])
     ports = state_ports(slots)
-    for name, message in meta.get("ports", {}).items():
+    for name, saved in meta["ports"].items():  # rebuilt by check_tree: (message, stamp)
         port = ports.get(name)
-        if port is None or message is None:
+        if port is None or saved is None:
             continue
+        message, stamp = saved
         if isinstance(port, Input) or (
             isinstance(port, Output) and port._route is Route.DEVICE
         ):  # fed by the host: where run.write would put it
-            port._publish(host_to_node(message, port.node.device))
+            message, nest = _placed(message, partial(_to_node, device=port.node.device))
         else:
-            port._publish(message.to("cpu", copy=True))
+            message, nest = _placed(message, lambda tensor: tensor.to("cpu", copy=True))
+        if isinstance(port, Input):
+            port._write(message, nest, stamp)
+        else:
+            port._publish(message, 0 if nest is not None else message._version, nest, stamp)
+    fresh: Mapping[str, bool] = meta["fresh"]
+    for slot in slots:
+        for port in slot.inputs:  # after the messages: the flags are about them (ports.fresh)
+            port._restore_fresh(fresh.get(port.name, True))
+
+
+def _to_node(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return host_to_node(tensor, device)
+
+
+def _placed(message: Any, place: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Any, Nest | None]:
+    """``message`` with ``place`` applied to each tensor, and what a nest is (None for a tensor)."""
+    if isinstance(message, torch.Tensor):
+        return place(message), None
+    leaves, spec = flatten(message)
+    placed = [place(leaf) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+    return rebuild(spec, placed), Nest(spec, placed)

@@ -12,6 +12,7 @@ from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from .._ports import Input
 from .._schedule import next_slot
 from .._stats import LATENESS_WINDOW
 
@@ -48,6 +49,7 @@ class Slot:
         "due",
         "hook",
         "index",
+        "inputs",
         "jobs",
         "last",
         "lateness",
@@ -91,6 +93,8 @@ class Slot:
         self.hook = ""  # the hook running now, while core.hook_thread is set
         self.now: tuple[float, float, float] | None = None  # the running update's t, dt, lateness
         self.warned: set[str] = set()
+        # The node's inputs: each update marks which message was latest at its start (ports.fresh).
+        self.inputs = tuple(port for port in core.ports.values() if isinstance(port, Input))
 
 
 def begin_update(slot: Slot, start: float, traced: bool) -> float:
@@ -126,4 +130,9 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
         slot.lateness[done % LATENESS_WINDOW] = lateness
     if traced:
         slot.now = (start, dt, lateness)
+    for port in slot.inputs:  # Input.fresh: the number of the latest message at this start
+        source = port._source
+        latest = (port if source is None else source)._latest
+        port._seen_before = port._seen
+        port._seen = 0 if latest is None else latest[4]
     return dt

@@ -1,0 +1,145 @@
+"""What inputs and outputs share: ``_Port``, and a published message as one reference.
+
+See ``_ports.py`` for the ports themselves.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import torch
+from typing_extensions import TypeVar
+
+from ._messages import Nest
+from ._specs import Declared, declare
+
+if TYPE_CHECKING:
+    from ._engine._slot import Slot
+    from ._node import Node, NodeCore
+
+M = TypeVar("M", default=torch.Tensor)  # the type of a port's messages, for type checkers
+Watcher = Callable[[Any], None]
+# A published message, as one reference, so a reader on another thread sees all of one
+# message, never parts of two: (message, its version counter when sent (a bare tensor), what
+# a nest was when sent (None for a bare tensor), the timer time it was sent, and its number
+# on this port: 1, 2, ... (Input.fresh compares these)).
+Latest = tuple[Any, int, Nest | None, float, int]
+# A message sent under the virtual timer, visible once the instant ends: the port and a
+# Latest without its number, which it gets when it is published.
+Staged = tuple["_Port", Any, int, Nest | None, float]
+# Guards replacing a port's watchers (subscribe, wait_for and their ends, from any host
+# thread): adding and removing are rare, so one lock serves every port.
+_WATCHERS_LOCK = threading.Lock()
+
+
+class _Port:
+    """What inputs and outputs share: a name, a node, a declaration, the latest message, watchers."""
+
+    __slots__ = ("_attr", "_core", "_declared", "_latest", "_node", "_watchers")
+
+    def __init__(self, dtype: object = None, shape: object = None, spec: object = None) -> None:
+        self._attr = ""
+        self._node: Node | None = None
+        self._core: NodeCore | None = None  # the node's, for the hot paths
+        self._latest: Latest | None = None  # replaced whole by each publish, read once
+        # Replaced (under _WATCHERS_LOCK), never mutated, so a sender iterates it without a lock.
+        self._watchers: tuple[Watcher, ...] = ()
+        self._declared: Declared | None = declare(dtype, shape, spec)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = name
+
+    def __set__(self, node: object, value: object) -> None:
+        raise AttributeError(
+            f"port {self._attr!r} of {type(node).__name__} cannot be assigned; "
+            "ports are declared once on the class"
+        )
+
+    def _bound_copy(self, node: Node, core: NodeCore) -> _Port:
+        port = type(self).__new__(type(self))
+        _Port.__init__(port)
+        port._attr = self._attr
+        port._node = node
+        port._core = core
+        port._declared = self._declared
+        return port
+
+    def _begin_run(self, slot: Slot) -> None:
+        """A run of the node starts, in which ``slot`` is its place (see the subclasses)."""
+
+    @property
+    def node(self) -> Node:
+        """The node this port belongs to."""
+        if self._node is None:
+            raise TypeError(
+                f"{type(self).__name__} {self._attr!r} is the class attribute; "
+                "use the port of a node instance (node.port)"
+            )
+        return self._node
+
+    @property
+    def name(self) -> str:
+        """The port's dotted name, made of the node's name, a dot and the attribute name."""
+        if self._node is None:
+            return self._attr
+        node_name = self._node.name
+        return f"{node_name}.{self._attr}" if node_name else self._attr
+
+    def _publish(self, message: Any, version: int, nest: Nest | None, stamp: float) -> None:
+        """Make ``message`` the latest: sent at ``stamp``, with its versions when it was sent."""
+        latest = self._latest
+        self._latest = (message, version, nest, stamp, 1 if latest is None else latest[4] + 1)
+        for watcher in self._watchers:
+            watcher(message)
+
+    def _message(self) -> Any:
+        """The message a reader of this port gets now (see Input for inputs)."""
+        return self._checked_latest()
+
+    def _checked_latest(self) -> Any:
+        """The latest message, checked to be as it was published (ports.message-read-only)."""
+        latest = self._latest
+        if latest is None:
+            return None
+        message, version, nest, _, _ = latest
+        if (message._version != version) if nest is None else not nest.unchanged(message):
+            self._raise_changed()
+        return message
+
+    def _peek(self) -> Any:
+        """The latest message as it is now, unchecked (run.wait_for)."""
+        latest = self._latest
+        return None if latest is None else latest[0]
+
+    def _raise_changed(self) -> NoReturn:
+        raise RuntimeError(
+            f"the latest message on {self.name!r} was changed in place after it was sent, "
+            "by a node that kept a message it read (or a view of it, as "
+            "torch.nn.utils.vector_to_parameters makes), or by the sender after "
+            "send(copy=False); messages are read-only: clone them before changing them or "
+            "keeping them, and send with copy=False only a tensor the node no longer changes"
+        )
+
+    def _add_watcher(self, watcher: Watcher) -> None:
+        with _WATCHERS_LOCK:
+            self._watchers = (*self._watchers, watcher)
+
+    def _remove_watcher(self, watcher: Watcher) -> None:
+        with _WATCHERS_LOCK:
+            # ==, not is: a bound method is a new object each time it is read.
+            self._watchers = tuple(w for w in self._watchers if w != watcher)
+
+    def _check_hook_thread(self, verb: str) -> Node:
+        node = self.node
+        if node._mujou.hook_thread != threading.get_ident():
+            raise RuntimeError(
+                f"port {self.name!r}: {verb} was called outside the hooks of node "
+                f"{node.name!r}; a port is used only from its node's hooks, and the host "
+                "uses run.read() and run.write()"
+            )
+        return node
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
