@@ -162,7 +162,7 @@ def test_other_containers_are_refused() -> None:
     with mujou.run(Bag(sender=node), timer=vt()) as run:
         run.sleep(0.25)
     expected = [
-        r"a OrderedDict container at the top",
+        r"an OrderedDict container at the top",
         r"a defaultdict container at the top",
         r"a set at \['a'\]",
         r"a type at \[1\]",

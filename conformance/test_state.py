@@ -479,7 +479,7 @@ def test_unsaved_attributes_are_named_once_with_the_fix() -> None:
     messages = [str(w.message) for w in caught if issubclass(w.category, mujou.UnsavedAttributeWarning)]
     assert len(messages) == 1, messages  # two nodes of one class, the state taken twice
     (message,) = messages
-    assert message.startswith("node 'first' (Unsaved) has attribute(s) 'event' (a Event), "), message
+    assert message.startswith("node 'first' (Unsaved) has attribute(s) 'event' (an Event), "), message
     assert "'callback' (a builtin_function_or_method)" in message, message
     assert "state_exclude = ('event', 'callback') on Unsaved" in message, message
     assert "state_dict and load_state_dict" in message, message
@@ -523,7 +523,7 @@ def test_an_unsaved_attribute_of_a_later_class_or_attribute_is_named_again() -> 
     with pytest.warns(mujou.UnsavedAttributeWarning) as caught:
         node.state_dict()
     (only,) = caught
-    assert "'extra' (a object)" in str(only.message) and "'event'" not in str(only.message)
+    assert "'extra' (an object)" in str(only.message) and "'event'" not in str(only.message)
 
 
 # --- state.cpu-copies -----------------------------------------------------------------------

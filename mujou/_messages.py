@@ -112,7 +112,8 @@ def _structure_problem(spec: optree.PyTreeSpec, path: str) -> str:
     if kind not in _ALLOWED and not (kind == _Kind.CUSTOM and spec.type in _dataclass_fields):
         name = getattr(spec.type, "__qualname__", str(spec.type))
         where = path or "the top"
-        return f"a {name} container at {where} (containers are dict, list, tuple, NamedTuple, dataclass)"
+        allowed = "containers are dict, list, tuple, NamedTuple, dataclass"
+        return f"{with_article(name)} container at {where} ({allowed})"
     if kind == _Kind.DICT:
         for key in spec.entries():
             if not isinstance(key, str):
@@ -134,7 +135,12 @@ def _structure_problem(spec: optree.PyTreeSpec, path: str) -> str:
 def _what(value: object) -> str:
     cls = type(value)
     module = "" if cls.__module__ == "builtins" else f"{cls.__module__}."
-    return f"a {module}{cls.__qualname__}"
+    return with_article(f"{module}{cls.__qualname__}")
+
+
+def with_article(name: str) -> str:
+    """``name`` with its article: "an int", "a str"."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _path_of(tree: object, leaf: object) -> str:

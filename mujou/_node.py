@@ -13,6 +13,7 @@ import torch
 
 from ._devices import parse_device
 from ._errors import UnsavedAttributeWarning
+from ._messages import with_article
 from ._numbers import positive
 from ._plain import is_plain, on_device
 from ._port import Staged, _Port
@@ -369,7 +370,7 @@ def _warn_unsaved(node: Node, unsaved: list[tuple[str, object]]) -> None:
         named.update(key for key, _ in new)
     if not new:
         return
-    listed = ", ".join(f"{key!r} (a {type(value).__name__})" for key, value in new)
+    listed = ", ".join(f"{key!r} ({with_article(type(value).__name__)})" for key, value in new)
     keys = tuple(key for key, _ in new)
     message = (
         f"node {node.name!r} ({cls.__name__}) has attribute(s) {listed} that its default "
