@@ -23,6 +23,8 @@ from typing import Any, cast
 import optree
 import torch
 
+from ._contents import type_name
+
 NAMESPACE = "mujou"
 SCALARS = (bool, int, float, str, type(None))
 KINDS = (
@@ -133,9 +135,7 @@ def _structure_problem(spec: optree.PyTreeSpec, path: str) -> str:
 
 
 def _what(value: object) -> str:
-    cls = type(value)
-    module = "" if cls.__module__ == "builtins" else f"{cls.__module__}."
-    return with_article(f"{module}{cls.__qualname__}")
+    return with_article(type_name(type(value)))
 
 
 def with_article(name: str) -> str:

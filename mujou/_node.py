@@ -15,10 +15,10 @@ from ._devices import parse_device
 from ._errors import UnsavedAttributeWarning
 from ._messages import with_article
 from ._numbers import positive
-from ._plain import is_plain, on_device
+from ._plain import is_plain
 from ._port import Staged, _Port
 from ._ports import Input
-from ._state import cpu_copy, is_stateful, load_errors_message
+from ._state import copy_to, cpu_copy, is_stateful, load_errors_message
 
 if TYPE_CHECKING:
     from ._cuda import NodeStreams
@@ -279,7 +279,7 @@ class Node:
                         f"{key!r} must hold a plain value (None, a number, a string, a tensor, or a "
                         f"list, tuple or dict of them), got {type(saved).__name__}"
                     )
-                setattr(self, key, on_device(saved, self.device))
+                setattr(self, key, copy_to(saved, self.device))
 
     def __repr__(self) -> str:
         """``<Sensor 'sensor' period=0.01 cpu>``: class, name, period, device; never raises."""

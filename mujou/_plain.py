@@ -1,4 +1,4 @@
-"""Plain values: what the default state of a node keeps as it is, and copying them to a device.
+"""Plain values: what the default state of a node keeps as it is.
 
 A plain value is what ``torch.load(weights_only=True)`` reads back: see
 :ref:`state.default-node-state`.
@@ -6,13 +6,14 @@ A plain value is what ``torch.load(weights_only=True)`` reads back: see
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from ._contents import ATOMS
+
 # The scalars a state keeps, by exact type (an IntEnum or a numpy float is an int or float
-# subclass that torch.load(weights_only=True) refuses): state.default-node-state.
-_SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device})
+# subclass that torch.load(weights_only=True) refuses): state.default-node-state. Of what a
+# state file holds (ATOMS), the immutable ones a node's attributes are.
+_SCALARS = ATOMS - {bytearray, torch.layout, torch.qscheme}
 
 
 def is_plain(value: object) -> bool:
@@ -41,16 +42,3 @@ def _plain(value: object, open_containers: set[int]) -> bool:
         return all(_plain(item, open_containers) for item in value)
     finally:
         open_containers.discard(id(value))
-
-
-def on_device(value: Any, device: torch.device) -> Any:
-    """A copy of plain ``value`` with each tensor a copy on ``device``."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to(device, copy=True)
-    if type(value) is dict:
-        return {key: on_device(item, device) for key, item in value.items()}
-    if type(value) is list:
-        return [on_device(item, device) for item in value]
-    if type(value) is tuple:
-        return tuple(on_device(item, device) for item in value)
-    return value

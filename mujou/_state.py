@@ -19,6 +19,8 @@ from ._contents import ALLOWED, digest, problems, type_name
 from ._errors import StateFileError
 from ._files import Temporary, file_path, reworded
 
+_CPU = torch.device("cpu")
+
 FORMAT_VERSION = 2  # 2: port messages may be nests, with their stamps; the inputs' fresh flags
 META_KEY = "@mujou"  # not an identifier, so never the name of a node or a sub-net
 # The file's own entry, beside the tree's: its format and the checksum of the tree's content
@@ -38,14 +40,20 @@ def is_stateful(value: object) -> bool:
 
 def cpu_copy(value: Any) -> Any:
     """``value`` with every tensor replaced by a detached CPU copy sharing no memory."""
+    return copy_to(value, _CPU)
+
+
+def copy_to(value: Any, device: torch.device) -> Any:
+    """``value`` with every tensor replaced by a detached copy on ``device``, and new dicts,
+    lists and tuples around them; other values kept as they are."""
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
+        return value.detach().to(device, copy=True)
     if isinstance(value, Mapping):
-        return {key: cpu_copy(item) for key, item in value.items()}
+        return {key: copy_to(item, device) for key, item in value.items()}
     if isinstance(value, list):
-        return [cpu_copy(item) for item in value]
+        return [copy_to(item, device) for item in value]
     if isinstance(value, tuple):
-        return tuple(cpu_copy(item) for item in value)
+        return tuple(copy_to(item, device) for item in value)
     return value
 
 

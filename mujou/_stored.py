@@ -20,6 +20,7 @@ import optree
 import torch
 
 from ._messages import SCALARS, is_message_class, rebuild_dataclass, register_dataclass, tree_flatten
+from ._state import cpu_copy
 
 _Kind = optree.PyTreeKind
 LEAF = "*"
@@ -28,12 +29,9 @@ LEAF = "*"
 def encode(message: Any, stamp: float) -> dict[str, Any]:
     """The tree entry of a port's latest message: CPU copies, plain values."""
     if isinstance(message, torch.Tensor):
-        return {"stamp": stamp, "tensor": message.detach().to("cpu", copy=True)}
+        return {"stamp": stamp, "tensor": cpu_copy(message)}
     leaves, spec = tree_flatten(message)
-    copies = [
-        leaf.detach().to("cpu", copy=True) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves
-    ]
-    return {"stamp": stamp, "leaves": copies, "structure": _structure(spec)}
+    return {"stamp": stamp, "leaves": cpu_copy(leaves), "structure": _structure(spec)}
 
 
 def _structure(spec: optree.PyTreeSpec) -> Any:
