@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from bisect import insort
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 
 def due_time(slot: int, period: float) -> float:
@@ -87,6 +87,18 @@ class DueQueue:
         else:
             bucket += indices
             bucket.sort()  # two ascending runs: timsort merges them in linear time
+
+    def remove(self, due: float, index: int) -> None:
+        """Take node ``index``, due at ``due``, out of the queue (a trigger moves it earlier).
+
+        O(bucket + distinct due times): both are small, the due times one per period.
+        """
+        bucket = self._buckets[due]
+        bucket.remove(index)
+        if not bucket:
+            del self._buckets[due]
+            self.dues.remove(due)
+            heapify(self.dues)
 
     def pop_all(self) -> list[int]:
         """Remove the nodes due earliest, all due at ``dues[0]``; the queue must not be empty.

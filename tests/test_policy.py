@@ -79,6 +79,15 @@ class World:
         self.fail_rate = self.rng.choice([0.0, 0.0, 0.01])
         self.crash_rate = self.rng.choice([0.0, 0.0, 0.002])  # Mujou's own code raising on a thread
         self.crashed: set[str] = set()
+        # Triggers: an update sends to a random node now and then, waking it (at once, or
+        # after a delay); some nodes have no period. Under the virtual timer a send is
+        # visible, and triggers, once the instant is over (the engine's commit).
+        self.send_rate = self.rng.choice([0.0, 0.0, 0.1, 0.5])
+        self.staged: list[tuple[Slot, float]] = []
+        if self.send_rate:
+            for slot in self.slots[1:]:  # the first keeps its period: something happens
+                if self.rng.random() < 0.3:
+                    slot.period = math.inf
         self.started = False
         self.collecting = False
         self.steps = 0
@@ -143,6 +152,23 @@ class World:
             return thread.worker + 1
         assert thread.slot is not None
         return self.policy.dedicated_holder(thread.slot)
+
+    def send(self) -> None:
+        """An update (or the host) sends to a random node that a trigger wakes."""
+        if self.rng.random() >= self.send_rate:
+            return
+        target = self.rng.choice(self.slots)
+        delay = self.rng.choice([0.0, 0.0, 0.005])
+        if self.virtual:
+            self.staged.append((target, delay))
+        else:
+            self.policy.trigger(target, self.now + delay)
+
+    def commit(self) -> None:
+        """Virtual timer, the instant over: the staged sends trigger their readers."""
+        staged, self.staged = self.staged, []
+        for target, delay in staged:
+            self.policy.trigger(target, self.now + delay)
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -225,6 +251,7 @@ class World:
         begin_update(slot, thread.start, False)
         batch.ran.append(slot)
         thread.current = -1
+        self.send()
         if self.rng.random() < self.fail_rate:
             slot.hook = "on_update"
             policy.fail(slot, RuntimeError(f"{slot.name} failed"))
@@ -250,6 +277,7 @@ class World:
                 self._sleep(thread, kind, arg)
         elif thread.state == "update":
             begin_update(slot, thread.start, False)
+            self.send()
             if self.rng.random() < self.fail_rate:
                 slot.hook = "on_update"
                 policy.fail(slot, RuntimeError(f"{slot.name} failed"))
@@ -296,6 +324,7 @@ class World:
             self.collecting = False
             return True
         if self.virtual and not policy.stopping and policy.running and policy.quiescent(self.now):
+            self.commit()
             if policy.end_instant():
                 return True
             due = policy.next_due()

@@ -107,7 +107,7 @@ class Workers:
         if self.paused or self.virtual:
             self._wake_host()
 
-    def _wake_idle(self, due: float) -> None:
+    def _wake_idle(self, due: float, *, exact: bool = False) -> None:
         """Wake a worker that sleeps past ``due`` (or parks): updates due then are queued or shared.
 
         So a hook that blocks never holds up an update another worker could run: the others
@@ -118,7 +118,7 @@ class Workers:
         if self.virtual or self.wake_worker >= 0:
             return
         late = due  # a watcher that can tell a waiting hook (the probe) looks now
-        if self.gil is None or self.gil.cpu_of is None:
+        if not exact and (self.gil is None or self.gil.cpu_of is None):
             late += HOLD_BACK * (1 << WATCH_DOUBLINGS) * self.scale
         until = self.until
         for w in range(self.workers):
@@ -141,6 +141,14 @@ class Workers:
         self.until[w] = _NOT_IDLE
         if self.waker == w:
             self.waker, self.waker_due = -1, math.inf
+            answer = self._answer(w, now, real)
+            if answer[0] <= JOB and self.workers > 1:  # it was to wake for the next due update
+                self._wake_idle(self._earliest()[0])
+            return answer
+        return self._answer(w, now, real)
+
+    def _answer(self, w: int, now: float, real: float) -> tuple[int, Any]:
+        """next_for_worker's answer, the waker's place given up."""
         if self.spinner == w:
             self.spinner = -1
         batch = self.batch[w]
@@ -230,12 +238,16 @@ class Workers:
                 self.spinner = w
                 return SPIN, due
         elif self.keeps:
+            self.until[w] = due  # idle till then: a trigger may make other work due first
             return KEEP, timeout
-        return SLEEP, timeout if timeout > 0.0 else 0.0
+        timeout = max(timeout, 0.0)
+        self.until[w] = now + timeout * self.scale
+        return SLEEP, timeout
 
     def run_kept(self, w: int, now: float) -> Batch | None:
         """After a KEEP's sleep that no notify ended: the kept batch to run at ``now``, or None
         (the sleep ended a little early: ask again)."""
+        self.until[w] = _NOT_IDLE
         batch = self.batch[w]
         if now < batch.due:
             return None
@@ -320,13 +332,17 @@ class Workers:
                 holder[slot.index] = FREE
                 self._queue_stop(slot)
         else:
-            push = self.queue.push
+            push, slots = self.queue.push, self.slots
             for slot in ran:
                 holder[slot.index] = FREE
+                if slot.pending < slot.due:  # triggered while it ran (Policy.trigger)
+                    slot.due = slot.pending
+                slot.pending = math.inf
                 push(slot.due, slot.index)
             if todo:  # not begun: all still due at batch.due, the first in registration order last
                 for index in todo:
                     holder[index] = FREE
+                    slots[index].pending = math.inf  # its update, still to come, is one after it
                 todo.reverse()
                 self.queue.push_all(batch.due, todo)
             if (ran or todo) and self.workers > 1:
@@ -363,7 +379,7 @@ class Workers:
             return False
         todo = []
         for slot in reversed(ran):
-            if slot.due != due:
+            if slot.due != due or slot.pending < due:  # a trigger came: the queue moves it
                 return False
             todo.append(slot.index)
         batch.todo = todo

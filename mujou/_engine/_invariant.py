@@ -15,9 +15,12 @@ def check(policy: Policy, current: Iterable[tuple[int, int]] = ()) -> list[str]:
     are running (they are in neither ``todo`` nor ``ran`` meanwhile).
     """
     places: dict[int, list[str]] = {slot.index: [] for slot in policy.slots}
+    problems: list[str] = []
     for bucket_due in list(policy.queue.dues):
         for index in policy.queue._buckets[bucket_due]:
             places[index].append("queue")
+            if policy.slots[index].due != bucket_due:
+                problems.append(f"node {index} is queued at {bucket_due}, due at {policy.slots[index].due}")
     for slot, _ in policy.jobs:
         places[slot.index].append("job")
     for slot in policy.dedicated:
@@ -35,7 +38,6 @@ def check(policy: Policy, current: Iterable[tuple[int, int]] = ()) -> list[str]:
         updates += 1
     for holder, (slot, _) in policy.running_job.items():
         places[slot.index].append(f"jobrunning{holder}")
-    problems: list[str] = []
     for slot in policy.slots:
         index, where, held = slot.index, places[slot.index], policy.holder[slot.index]
         if slot.dedicated and held == policy.dedicated_holder(slot) and not where:

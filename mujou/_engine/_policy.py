@@ -23,6 +23,7 @@ Guarantees (checked by ``_invariant.check`` after every step of the randomized t
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -126,7 +127,8 @@ class Policy(Workers):
         """The timer starts: each node is due at its slot (the origin's, or restored)."""
         self.running = True
         for slot in self.slots:
-            slot.due = slot.slot * slot.period
+            slot.due = min(slot.slot * slot.period, slot.pending)
+            slot.pending = math.inf
             if not slot.dedicated and self.holder[slot.index] == FREE:
                 self.queue.push(slot.due, slot.index)
         self._wake_everyone()
@@ -303,6 +305,8 @@ class Policy(Workers):
                     self.wake_workers = 2
         elif kind == STATE:
             self.state_jobs -= 1
+            slot.due = min(slot.due, slot.pending)
+            slot.pending = math.inf
             if not slot.dedicated and not self.stopping and self.running:
                 self.queue.push(slot.due, slot.index)
             self._update_paused()
@@ -348,10 +352,50 @@ class Policy(Workers):
         """The update of dedicated ``slot`` is done."""
         self.holder[slot.index] = FREE
         self.busy -= 1
+        slot.due = min(slot.due, slot.pending)
+        slot.pending = math.inf
         if self.stopping:
             self._queue_stop(slot)
         if self.busy == 0:
             self._quiet()
+
+    def trigger(self, slot: Slot, due: float) -> None:
+        """An update of ``slot`` is due by ``due`` at the latest: a message it waits for came.
+
+        An earlier due time stands; several triggers before one update make one update. A
+        node in the queue moves to ``due`` there, and a worker that would sleep past it wakes
+        (under the real-time timer; under the virtual timer the engine calls this between two
+        instants, which ``next_due`` then sees). A node held (updating, in a batch or a job)
+        keeps ``due`` in ``pending`` until it comes back, except from a batch taken early and
+        not begun, which goes back now. A dedicated node's thread wakes.
+        """
+        if slot.stopped or self.stopping:
+            return
+        holder = self.holder[slot.index]
+        if 0 < holder <= self.workers and self.batch[holder - 1].held:
+            # Taken early (kept, or for a burst), not begun: back to the queue, to move; its
+            # worker waits for the batch's due time without being idle, so it is told.
+            self._put_back(holder - 1, self.batch[holder - 1])
+            if self.wake_worker < 0:
+                self.wake = True
+                self.wake_worker = holder - 1
+        if self.holder[slot.index] != FREE or not self.running:
+            if due < slot.pending:
+                slot.pending = due
+            return
+        if due >= slot.due:
+            return
+        if slot.dedicated:
+            slot.due = due
+            if not self.virtual:
+                self.wake = True
+                self.wake_nodes.append(slot)
+            return
+        self.queue.remove(slot.due, slot.index)
+        slot.due = due
+        self.queue.push(due, slot.index)
+        if not self.virtual:
+            self._wake_idle(due, exact=True)
 
     # -- threads ending --------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ class Slot:
         "name",
         "node",
         "now",
+        "pending",
         "period",
         "skipped",
         "slot",
@@ -77,6 +78,9 @@ class Slot:
         self.cuda = core.device.type == "cuda"
         self.slot = 1  # the number of the next update; it is due at slot * period
         self.due = 0.0  # due_time(slot, period), set when the timer starts and at each update
+        # The earliest due time a trigger asked for while the node was held (inf: none): it
+        # takes effect when the node comes back (Policy.trigger).
+        self.pending = math.inf
         self.last = 0.0  # the start time of the previous update (or of the run)
         self.started = False  # its on_start returned
         self.stop_queued = False
@@ -105,13 +109,17 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     """
     period = slot.period
     lateness = start - slot.due
-    following = slot.slot + 1
-    due = following * period  # due_time(following, period), inlined
-    if due < start:  # more than a period late: skip (sched.skip)
-        following, skipped = next_slot(slot.slot, period, start)
-        slot.skipped += skipped
-        due = following * period
-    slot.slot = following
+    periodic = slot.slot * period  # the due time of its next periodic update
+    if slot.due < periodic and start < periodic:
+        due = periodic  # a triggered update, ahead of the periodic one: that one stays due
+    else:
+        following = slot.slot + 1
+        due = following * period  # due_time(following, period), inlined
+        if due < start:  # more than a period late: skip (sched.skip)
+            following, skipped = next_slot(slot.slot, period, start)
+            slot.skipped += skipped
+            due = following * period
+        slot.slot = following
     slot.due = due
     dt = start - slot.last
     slot.last = start
