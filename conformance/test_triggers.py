@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -371,11 +372,12 @@ class Blocker(Node):
         self.y.send(m if m is not None else one(-1.0))
 
 
-@pytest.mark.rule("trigger.delay")
+@pytest.mark.rule("trigger.delay", "trigger.real-time")
 def test_delay_real_time_never_starts_early() -> None:
     """> ... a triggered update is due `delay` seconds of the timer after the arrival that made
-    the condition hold, under both timers: under the real-time timer it does not start before
-    that time, as the timer reads it."""
+    the condition hold, under both timers. (trigger.real-time:) A node due later (a `delay`,
+    a `min_interval`) waits for its due time as a periodic update does: it does not start
+    before that time, as the timer reads it."""
     node = Blocker(delay=0.05)
     node.gate.set()
     net = Bag(n=node)
@@ -1024,14 +1026,18 @@ def test_tags_microsteps_visibility_and_dt(workers: int) -> None:
 
 
 class Noise(Node):
-    """Sends a random draw from its generator at each update."""
+    """Sends a random draw from its generator at each update, after ``pause`` real seconds
+    (so that with several workers, the other nodes of its tag run meanwhile)."""
 
     out = Output()
 
-    def __init__(self, period: float, seed: int) -> None:
+    def __init__(self, period: float, seed: int, pause: float = 0.0) -> None:
         super().__init__(period=period, seed=seed)
+        self.pause = pause
 
     def on_update(self, dt: float) -> None:
+        if self.pause:
+            time.sleep(self.pause)
         self.out.send(torch.randn(1, generator=self.generator))
 
 
@@ -1055,13 +1061,14 @@ class Busy(Net):
     def __init__(self) -> None:
         super().__init__()
         self.s1 = Noise(1 / 16, 1)
-        self.s2 = Noise(3 / 32, 2)
+        self.s2 = Noise(3 / 32, 2, pause=0.001)
         self.fuse = Mix(trigger=mujou.on_all("a", "b", timeout=1 / 32))
         self.any = Mix(trigger=mujou.on("a", "b"), min_interval=1 / 8)
         self.late = Relay(delay=3 / 64)
         self.both = Mix(period=1 / 8, trigger=mujou.on("a"))
         self.tail = Mix(trigger=mujou.on("a", "b"))
         self.host = Relay()
+        self.peek = Mix(period=3 / 32, trigger=None)  # at s2's tags, after it in the order
         self.connect(self.s1.out, self.fuse.a)
         self.connect(self.s2.out, self.fuse.b)
         self.connect(self.s1.out, self.any.a)
@@ -1071,6 +1078,8 @@ class Busy(Net):
         self.connect(self.s2.out, self.both.b)
         self.connect(self.both.y, self.tail.a)
         self.connect(self.host.y, self.tail.b)
+        self.connect(self.s1.out, self.peek.a)
+        self.connect(self.s2.out, self.peek.b)
 
 
 def busy_script(run: mujou.Run, net: Busy, t_from: float, t_to: float) -> None:
@@ -1088,7 +1097,8 @@ def busy_script(run: mujou.Run, net: Busy, t_from: float, t_to: float) -> None:
 
 def busy_records(net: Busy) -> dict[str, list[Record]]:
     return {
-        name: list(getattr(net, name).records) for name in ("fuse", "any", "late", "both", "tail", "host")
+        name: list(getattr(net, name).records)
+        for name in ("fuse", "any", "late", "both", "tail", "host", "peek")
     }
 
 
