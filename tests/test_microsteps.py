@@ -23,7 +23,9 @@ class Ping(mujou.Node):
         self.y.send(torch.zeros(()))
 
     def on_update(self, dt: float) -> None:
-        self.y.send(self.x.read() + 1)
+        x = self.x.read()
+        assert x is not None
+        self.y.send(x + 1)
 
     def on_stop(self) -> None:
         self.stopped = True
