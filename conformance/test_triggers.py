@@ -295,8 +295,9 @@ def test_periodic_update_counts_as_the_previous_update() -> None:
 @pytest.mark.rule("trigger.min-interval")
 def test_min_interval_spaces_triggered_updates() -> None:
     """> `min_interval=seconds` (default `0.0`) is the shortest time from the start of the
-    node's previous update to the start of a triggered update: the arrivals in between
-    coalesce into one triggered update at the end of the interval."""
+    node's previous update (or of the run, before its first update) to the start of a
+    triggered update: the arrivals in between coalesce into one triggered update at the end
+    of the interval."""
     camera = Counter(period=1 / 64)
     detector = OnX(min_interval=0.125)
     net = Bag(camera=camera, detector=detector)
@@ -304,10 +305,11 @@ def test_min_interval_spaces_triggered_updates() -> None:
     with mujou.run(net, timer=vt(), workers=2) as run:
         run.sleep(1.0)
     assert detector.min_interval == 0.125
-    # Updates at 1/64, then each 1/8 later; each reads the newest frame of an earlier tag.
-    assert detector.starts() == [1 / 64 + k / 8 for k in range(8)]
+    # The first frame (1/64) makes it due at 1/8 (the run's start + 1/8), then each 1/8; at
+    # (k/8, 0) it runs beside the camera and reads the newest frame of an earlier tag.
+    assert detector.starts() == [k / 8 for k in range(1, 9)]
     values = [record[2]["x"][0] for record in detector.records]
-    assert values == [1.0] + [8.0 * k for k in range(1, 8)]
+    assert values == [8.0 * k - 1 for k in range(1, 9)]
     assert all(record[2]["x"][1] for record in detector.records)
 
 
@@ -318,9 +320,11 @@ def test_min_interval_never_delays_a_periodic_update() -> None:
     net = Bag(n=node)
     with mujou.run(net, timer=vt()) as run:
         run.sleep(0.125)
-        run.write(node.x, one(1.0))  # a triggered update at 0.125 (its first: no bound)
+        run.write(node.x, one(1.0))  # due at 0.5 (the run's start + 0.5)...
         run.sleep(0.875)
-    assert node.starts() == [0.125, 0.25, 0.5, 0.75, 1.0]
+    # ... read by the periodic update at 0.25; the periodic ones keep their 0.25 spacing.
+    assert node.starts() == [0.25, 0.5, 0.75, 1.0]
+    assert [record[2]["x"][1] for record in node.records] == [True, False, False, False]
 
 
 # --- trigger.delay --------------------------------------------------------------------------
@@ -695,6 +699,21 @@ def test_due_min_interval_bound_from_the_previous_start() -> None:
 
 
 @pytest.mark.rule("trigger.due")
+def test_due_before_the_first_update_counts_from_the_run_start() -> None:
+    """> ... where `last` is the start of its previous update (before its first update: the
+    start of the run, as for `dt`)."""
+    node = OnX(min_interval=0.5)
+    net = Bag(n=node)
+    with mujou.run(net, timer=vt()) as run:
+        run.sleep(0.125)
+        run.write(node.x, one(1.0))  # due at max(0.125, 0.0 + 0.5)
+        run.sleep(0.875)
+        run.write(node.x, one(2.0))  # t = 1.0: due at max(1.0, 0.5 + 0.5)
+        run.sleep(0)
+    assert node.records == [(0.5, 0.5, {"x": (1.0, True, 0.125)}), (1.0, 0.5, {"x": (2.0, True, 1.0)})]
+
+
+@pytest.mark.rule("trigger.due")
 def test_due_triggered_update_is_ordered_by_its_due_time() -> None:
     """> A triggered update is ordered among the others by its due time, as
     [](#threads.earliest-due-first) says: with one worker, a node triggered to be due at 0.25
@@ -802,11 +821,11 @@ class Camera(Node):
         self.frame.send(torch.tensor(float(self.count)))
 
 
-class Detector(Node):
+class Logger(Node):
     frame = Input()
 
-    def __init__(self, min_interval: float) -> None:
-        super().__init__(trigger=mujou.on("frame"), min_interval=min_interval)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.seen: list[float] = []
 
     def on_update(self, dt: float) -> None:
@@ -816,45 +835,46 @@ class Detector(Node):
 
 
 class CameraNet(Net):
-    def __init__(self, period: float, min_interval: float) -> None:
+    def __init__(self, camera: float, **logger: Any) -> None:
         super().__init__()
-        self.camera = Camera(period)
-        self.detector = Detector(min_interval)
-        self.connect(self.camera.frame, self.detector.frame)
+        self.camera = Camera(camera)
+        self.logger = Logger(**logger)
+        self.connect(self.camera.frame, self.logger.frame)
 
 
 @pytest.mark.rule("trigger.coalesced-stats")
-def test_coalesced_counts_frames_no_update_saw() -> None:
+def test_coalesced_spec_example_logger() -> None:
+    """> `print(run.stats().nodes["logger"].coalesced)  # {'frame': 899}` (the page's
+    example as written: a camera at 1 kHz feeds a logger with `period=0.01`; the logger runs
+    100 times and each time reads one frame: frames 9, 19, ..., 999)."""
+    net = CameraNet(0.001, period=0.01)
+    with mujou.run(net, timer=mujou.VirtualTimer()) as run:
+        run.sleep(1.0)
+        stats = run.stats().nodes["logger"]
+        assert dict(stats.coalesced) == {"frame": 899}
+        assert stats.updates == 100
+    assert net.logger.seen == [10.0 * k - 1 for k in range(1, 101)]
+
+
+@pytest.mark.rule("trigger.coalesced-stats")
+def test_coalesced_counted_when_the_next_update_starts() -> None:
     """> `NodeStats.coalesced` maps the attribute name of each input of the node to the
     number of arrivals on it that were replaced by a later arrival before an update of the
-    node started after them, so that no update of the node saw them as fresh. (The page's
-    1 kHz camera, in binary fractions: a 1/1024 s camera, `min_interval=10/1024`.)"""
+    node started after them, so that no update of the node saw them as fresh. (A triggered
+    node with a `min_interval` coalesces the same way; an arrival is counted when the next
+    update starts. In binary fractions: a camera every p = 1/1024 s, `min_interval=10 p`.)"""
     p = 1 / 1024
-    net = CameraNet(p, 10 * p)
+    net = CameraNet(p, trigger=mujou.on("frame"), min_interval=10 * p)
     with mujou.run(net, timer=vt()) as run:
-        run.sleep(1001 * p)  # the detector's 101st update, at 1001 p, reads frame 1000
-        stats = run.stats().nodes
-    # Updates at p, 11 p, 21 p, ...; each reads the frame of the tag before (frame 1, 10, 20, ...).
-    assert net.detector.seen == [1.0] + [10.0 * k for k in range(1, 101)]
-    assert stats["detector"].updates == 101
-    assert dict(stats["detector"].coalesced) == {"frame": 1000 - 101}
-
-
-@pytest.mark.rule("trigger.coalesced-stats")
-@pytest.mark.xfail(
-    strict=True,
-    reason="spec/engine disagreement: the page's example says {'frame': 899} at 1.0; the engine "
-    "counts a replaced arrival only when the node's next update starts (frames 991-999 not yet "
-    "counted), and with decimal periods the detector's due times (last + 0.01) drift off the "
-    "camera's grid, so at some instants it reads the frame of the same time: 891",
-)
-def test_coalesced_spec_example_literally() -> None:
-    """> `print(run.stats().nodes["detector"].coalesced)  # {'frame': 899}` (the page's
-    example as written: a camera at 1 kHz, `min_interval=0.01`, `run.sleep(1.0)`)."""
-    net = CameraNet(0.001, 0.01)
-    with mujou.run(net, timer=vt()) as run:
-        run.sleep(1.0)
-        assert dict(run.stats().nodes["detector"].coalesced) == {"frame": 899}
+        run.sleep(1000 * p)  # updates at 10 p, 20 p, ..., each reading the frame before
+        assert dict(run.stats().nodes["logger"].coalesced) == {"frame": 899}
+        run.sleep(5 * p)  # frames 1000-1004 replaced, but no update started since
+        assert dict(run.stats().nodes["logger"].coalesced) == {"frame": 899}
+        run.sleep(5 * p)  # the update at 1010 p reads frame 1009: 1000-1008 are counted
+        stats = run.stats().nodes["logger"]
+        assert dict(stats.coalesced) == {"frame": 899 + 9}
+        assert stats.updates == 101
+    assert net.logger.seen == [10.0 * k - 1 for k in range(1, 102)]
 
 
 @pytest.mark.rule("trigger.coalesced-stats")
@@ -872,26 +892,6 @@ def test_coalesced_counts_for_every_node_zero_for_none() -> None:
     assert [record[2]["a"][0] for record in reader.records] == [3.0, 7.0]
     assert dict(stats["reader"].coalesced) == {"a": 5, "b": 0}
     assert dict(stats["fast"].coalesced) == {}
-
-
-@pytest.mark.rule("trigger.coalesced-stats")
-@pytest.mark.xfail(
-    strict=True,
-    reason="spec/engine disagreement: by the page's count (899 at 1.0: all but the 100 frames "
-    "seen and the one waiting) an arrival counts once it is replaced; the engine counts it only "
-    "when the node's next update starts, so frames 991-999 are missing at 1.0: 890",
-)
-def test_coalesced_counts_at_replacement_exact() -> None:
-    """> the last frame, sent at 1.0, is still waiting for the next update, and the other
-    899 were replaced unseen (the page's example in binary fractions, read at 1000 p, before
-    the detector's next update)."""
-    p = 1 / 1024
-    net = CameraNet(p, 10 * p)
-    with mujou.run(net, timer=vt()) as run:
-        run.sleep(1000 * p)
-        stats = run.stats().nodes["detector"]
-        assert stats.updates == 100
-        assert dict(stats.coalesced) == {"frame": 899}
 
 
 # --- trigger.tags ---------------------------------------------------------------------------
@@ -1280,8 +1280,8 @@ class Spin(Node):
 def test_microstep_cap_stops_the_run() -> None:
     """> Under the virtual timer, when one host call runs more than 10000 microsteps at one
     timer time, the run stops as when a hook fails (every started node gets its `on_stop`),
-    and that call raises `RuntimeError` naming the time and the nodes that ran in the last
-    microstep."""
+    and that call raises `RuntimeError` naming the time and the nodes due at the microstep it
+    refused."""
     assert 1.0 + 1e-300 == 1.0
     stops: list[str] = []
     net = Bag(spin=Spin(stops), other=Counter(period=0.5))
@@ -1298,32 +1298,36 @@ def test_microstep_cap_stops_the_run() -> None:
         with contextlib.suppress(RuntimeError):  # the run's error, raised again
             run.stop()
     assert sorted(stops) == ["spin"]
-    assert CAP - 2 <= net.spin.updates <= CAP  # type: ignore[attr-defined]
+    assert net.spin.updates == CAP  # type: ignore[attr-defined]
 
 
 @pytest.mark.rule("trigger.microstep-cap")
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine off by one: a host call that starts at a time whose instant already ran "
-    "(after a run.write) counts its first microstep as 1, so it stops after 9999 microsteps, "
-    "not after more than 10000",
-)
-def test_microstep_cap_allows_ten_thousand_in_one_call() -> None:
+@pytest.mark.parametrize("woken_by", ["write", "periodic"])
+def test_microstep_cap_allows_ten_thousand_in_one_call(woken_by: str) -> None:
     """> when one host call runs more than 10000 microsteps at one timer time, the run stops:
-    a call may run 10000 of them (counted here as updates of the one node woken at each)."""
+    10000 microsteps after the time's first instant run, whether the chain starts from a host
+    write (the call begins at a time whose instant already ran) or from a periodic update of
+    the call's own new instant."""
     stops: list[str] = []
-    net = Bag(spin=Spin(stops))
-    net.connect(net.spin.y, net.spin.x)  # type: ignore[attr-defined]
+    spin = Spin(stops)
+    clock = Counter(period=1.0)
+    net = Bag(clock=clock, spin=spin)
+    net.connect(spin.y, spin.x)
+    if woken_by == "periodic":
+        net.connect(clock.out, spin.go)
     run = mujou.run(net, timer=vt())
     try:
-        run.sleep(1.0)
-        run.write(net.spin.go, one(0.0))  # type: ignore[attr-defined]
-        with pytest.raises(RuntimeError):
-            run.sleep(0.5)
+        if woken_by == "write":
+            run.sleep(1.0)
+            run.write(spin.go, one(0.0))
+        with pytest.raises(RuntimeError, match="10000"):
+            run.sleep(0.5 if woken_by == "write" else 1.0)
+        assert run.time == 1.0
     finally:
         with contextlib.suppress(RuntimeError):  # the run's error, raised again
             run.stop()
-    assert net.spin.updates == CAP  # type: ignore[attr-defined]
+    assert spin.updates == CAP
+    assert stops == ["spin"]
 
 
 class Echo(Node):
