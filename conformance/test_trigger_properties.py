@@ -1,0 +1,477 @@
+"""Property tests of triggered nets (spec/en/triggers.md), on random nets that hypothesis makes.
+
+A hand-written net checks the case its author thought of; these build nets of 2 to 8 nodes,
+periodic, triggered (``on``, ``on_all``, with or without ``timeout``) or both, with random
+``delay`` and ``min_interval``, edges forward and (where no cycle of undelayed triggers can
+form, trigger.cycle) backward, and inputs the host writes at random times. When a property
+fails, hypothesis shrinks the net to a small one and prints it.
+
+The examples are few and derandomized, with no example database, so that the suite is the
+same on every machine and under ``pytest -n auto`` (the profile below).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from _support import HANG_GUARD, Bag, hang_guard
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import mujou
+from mujou import Input, Node, Output
+
+PORTS = ("a", "b", "c")  # the inputs of every Cell
+PERIODS = (0.01, 0.02, 0.03)
+DELAYS = (0.0, 0.005)
+MIN_INTERVALS = (0.0, 0.01)
+SLEEPS = (0.0, 0.005, 0.01, 0.015, 0.025)  # what the host sleeps between its writes
+
+PROPERTIES = settings(
+    max_examples=50,
+    deadline=None,  # a run's time is the machine's: 2 busy cores under -n auto
+    derandomize=True,  # the same examples on every machine: CI is deterministic
+    database=None,  # and no memory of earlier failures that would change what runs
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard() -> Iterator[None]:
+    """This module's hang guard, in place of conftest's: a failing property runs many nets
+    while hypothesis shrinks it, and should get to print the small one. Each run in it is
+    guarded on its own too (``HANG_GUARD``)."""
+    with hang_guard(600.0):
+        yield
+
+
+# --------------------------------------------------------------------------------------------
+# The nets
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One node of a random net."""
+
+    period: float | None  # None: triggered only
+    trigger: tuple[str, ...]  # the inputs it is triggered by; () for periodic only
+    all: bool  # on_all instead of on
+    timeout: float | None  # on_all's timeout
+    delay: float
+    min_interval: float
+    sources: tuple[int | str | None, ...]  # per input: a node's index, "host" or None
+    seed: int
+
+    def make_trigger(self) -> mujou.Trigger | None:
+        if not self.trigger:
+            return None
+        if self.all:
+            return mujou.on_all(*self.trigger, timeout=self.timeout)
+        return mujou.on(*self.trigger)
+
+
+@dataclass(frozen=True)
+class Write:
+    """The host writes ``value`` to input ``port`` of node ``node``."""
+
+    node: int
+    port: str
+    value: float
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the host does: its writes, then ``run.sleep(sleep)``."""
+
+    writes: tuple[Write, ...]
+    sleep: float
+
+
+@dataclass(frozen=True)
+class Scenario:
+    cells: tuple[CellSpec, ...]
+    steps: tuple[Step, ...]
+
+
+class Cell(Node):
+    """Reads its inputs (value, fresh, stamp), draws from its generator, sends what depends
+    on both, and keeps a record of it all: ``record`` (floats) and ``acc`` (a tensor), both
+    in its state tree."""
+
+    a = Input(optional=True)
+    b = Input(optional=True)
+    c = Input(optional=True)
+    y = Output()
+
+    def __init__(self, spec: CellSpec) -> None:
+        super().__init__(
+            period=spec.period,
+            trigger=spec.make_trigger(),
+            delay=spec.delay,
+            min_interval=spec.min_interval,
+            seed=spec.seed,
+        )
+        self.record: list[float] = []
+        self.acc = torch.zeros(())
+
+    def on_update(self, dt: float) -> None:
+        row = [dt]
+        total = self.acc * 0.5
+        for port in (self.a, self.b, self.c):
+            message = port.read()
+            stamp = port.stamp
+            row += [float(port.fresh), -1.0 if stamp is None else stamp]
+            if message is not None:
+                total = total + message
+                row.append(float(message))
+        draw = torch.rand((), generator=self.generator)
+        self.acc = torch.tanh(total + draw)  # bounded: a cycle never makes inf or nan
+        row += [float(draw), float(self.acc)]
+        self.record += row
+        self.y.send(self.acc)
+
+
+def build(cells: Sequence[CellSpec]) -> tuple[Bag, list[Cell]]:
+    nodes = [Cell(spec) for spec in cells]
+    net = Bag(**{f"n{i}": node for i, node in enumerate(nodes)})
+    for node, spec in zip(nodes, cells, strict=True):
+        for name, source in zip(PORTS, spec.sources, strict=True):
+            if isinstance(source, int):
+                net.connect(nodes[source].y, getattr(node, name))
+    return net, nodes
+
+
+@st.composite
+def cell_specs(draw: st.DrawFn, index: int, count: int) -> CellSpec:
+    """Node ``index`` of ``count``: its kind, trigger, delay, min_interval and input sources.
+
+    An input may come from any node, itself included; one from a node at ``index`` or after
+    (a backward edge) is in the trigger only when the node has a delay or a min_interval, so
+    every cycle of the trigger graph has such a node and the net starts (trigger.cycle).
+    Node 0 has a period, so that every net runs something.
+    """
+    kinds = ("periodic", "triggered", "both") if index else ("periodic", "both")  # one runs
+    kind = draw(st.sampled_from(kinds))
+    period = draw(st.sampled_from(PERIODS))
+    choices: list[int | str | None] = [None, "host", *range(count)]
+    sources = tuple(draw(st.sampled_from(choices)) for _ in PORTS)
+    if kind == "periodic":
+        return CellSpec(period, (), False, None, 0.0, 0.0, sources, draw(st.integers(0, 2**16)))
+    delay = draw(st.sampled_from(DELAYS))
+    min_interval = draw(st.sampled_from(MIN_INTERVALS))
+    delayed = delay > 0 or min_interval > 0
+    allowed = [
+        name
+        for name, source in zip(PORTS, sources, strict=True)
+        if source == "host" or (isinstance(source, int) and (delayed or source < index))
+    ]
+    if not allowed:  # nothing may trigger it: a periodic node
+        return CellSpec(period, (), False, None, 0.0, 0.0, sources, draw(st.integers(0, 2**16)))
+    names = draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=len(allowed), unique=True))
+    all_ = draw(st.booleans())
+    timeout = draw(st.sampled_from((None, 0.01, 0.025))) if all_ else None
+    return CellSpec(
+        period if kind == "both" else None,
+        tuple(names),
+        all_,
+        timeout,
+        delay,
+        min_interval,
+        sources,
+        draw(st.integers(0, 2**16)),
+    )
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    """A random net and what the host does with it: 3 to 6 steps of writes and sleeps, the
+    last sleep 0.03 s (so the run lasts 0.03 to 0.155 s)."""
+    count = draw(st.integers(2, 8))
+    cells = tuple(draw(cell_specs(i, count)) for i in range(count))
+    fed = [
+        (i, name)
+        for i, spec in enumerate(cells)
+        for name, source in zip(PORTS, spec.sources, strict=True)
+        if source == "host"
+    ]
+    steps = []
+    for _ in range(draw(st.integers(3, 6))):
+        writes: tuple[Write, ...] = ()
+        if fed:
+            chosen = draw(st.lists(st.sampled_from(fed), max_size=3))
+            writes = tuple(Write(i, name, draw(st.sampled_from((-1.0, 0.25, 2.0)))) for i, name in chosen)
+        steps.append(Step(writes, draw(st.sampled_from(SLEEPS))))
+    steps[-1] = Step(steps[-1].writes, 0.03)
+    scenario = Scenario(cells, tuple(steps))
+    describe(scenario)
+    return scenario
+
+
+def describe(scenario: Scenario) -> None:
+    """What kinds of nets the examples cover (pytest --hypothesis-show-statistics)."""
+    cells = scenario.cells
+    event(f"triggered nodes: {sum(bool(spec.trigger) for spec in cells)} of {len(cells)}")
+    for i, spec in enumerate(cells):
+        if spec.trigger and spec.all:
+            event("on_all with a timeout" if spec.timeout else "on_all")
+        if spec.trigger and spec.period is not None:
+            event("periodic and triggered")
+        if spec.trigger and (spec.delay or spec.min_interval):
+            event("delay or min_interval")
+        named = [s for name, s in zip(PORTS, spec.sources, strict=True) if name in spec.trigger]
+        if any(isinstance(s, int) and s >= i for s in named):
+            event("triggered by a backward edge")
+        if any(isinstance(s, int) and s < i for s in named):
+            event("triggered by a node before it")
+    if any(step.writes for step in scenario.steps):
+        event("host writes")
+
+
+def do(run: mujou.Run, nodes: Sequence[Cell], step: Step, *, sleep: bool = True) -> None:
+    for write in step.writes:
+        run.write(getattr(nodes[write.node], write.port), torch.tensor(write.value))
+    if sleep:
+        run.sleep(step.sleep)
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing trees
+
+
+def differences(a: object, b: object, where: str = "tree") -> list[str]:
+    """Where ``a`` and ``b`` differ, bit for bit: tensors by torch.equal (and dtype), floats
+    by value (nan equal to nan), containers leaf by leaf."""
+    if type(a) is not type(b):
+        return [f"{where}: {type(a).__name__} != {type(b).__name__}"]
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor)
+        same = a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        return [] if same else [f"{where}: {a!r} != {b!r}"]
+    if isinstance(a, Mapping):
+        assert isinstance(b, Mapping)
+        if list(a) != list(b):
+            return [f"{where}: keys {list(a)} != {list(b)}"]
+        return [d for key in a for d in differences(a[key], b[key], f"{where}[{key!r}]")]
+    if isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple)
+        if len(a) != len(b):
+            return [f"{where}: length {len(a)} != {len(b)}"]
+        return [
+            d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{where}[{i}]")
+        ]
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return []
+    return [] if a == b else [f"{where}: {a!r} != {b!r}"]
+
+
+def outcome(run: mujou.Run, nodes: Sequence[Cell]) -> dict[str, Any]:
+    """What a run must give the same each time: the state tree, the records, the statistics."""
+    stats = run.stats().nodes
+    return {
+        "tree": run.state_dict(),
+        "records": [list(node.record) for node in nodes],
+        "updates": {name: stats[name].updates for name in stats},
+        "coalesced": {name: dict(stats[name].coalesced) for name in stats},
+        "time": run.time,
+    }
+
+
+def run_through(scenario: Scenario, workers: int) -> dict[str, Any]:
+    net, nodes = build(scenario.cells)
+    with hang_guard(HANG_GUARD), mujou.run(net, timer=mujou.VirtualTimer(), workers=workers) as run:
+        for step in scenario.steps:
+            do(run, nodes, step)
+        return outcome(run, nodes)
+
+
+# --------------------------------------------------------------------------------------------
+# trigger.workers-identical
+
+
+@pytest.mark.rule("trigger.workers-identical")
+@PROPERTIES
+@given(scenarios())
+def test_any_net_gives_the_same_results_with_any_number_of_workers(scenario: Scenario) -> None:
+    """> Under the virtual timer a net with triggered nodes is deterministic as
+    > sched.virtual-deterministic says: the tags, the state tree, what every read, fresh and
+    > stamp return, and the updates and coalesced statistics are the same, bit for bit,
+    > whatever the number of workers."""
+    one = run_through(scenario, 1)
+    assert any(one["records"]), "no node ran: the property would hold for nothing"
+    for workers in (2, 4):
+        other = run_through(scenario, workers)
+        assert not differences(one, other), (workers, differences(one, other)[:5])
+
+
+# --------------------------------------------------------------------------------------------
+# trigger.state
+
+
+@pytest.mark.rule("trigger.state")
+@PROPERTIES
+@given(scenarios(), st.booleans())
+def test_any_net_resumed_from_its_state_continues_bit_for_bit(scenario: Scenario, after_writes: bool) -> None:
+    """> The "@mujou" entry of the state tree holds, for each node, its pending triggered
+    > update (its due time, or none) and the fresh flag of each input; a run resumed with
+    > state= restores them, so that under the virtual timer it continues bit for bit as the
+    > run that went on, triggered updates included.
+
+    The tree is taken half-way, after a step or (``after_writes``) after the next step's
+    writes and before its sleep: a node those writes woke is pending at run.time then.
+    """
+    went_on = run_through(scenario, 2)
+    half = len(scenario.steps) // 2
+    net, nodes = build(scenario.cells)
+    with hang_guard(HANG_GUARD), mujou.run(net, timer=mujou.VirtualTimer(), workers=2) as run:
+        for step in scenario.steps[:half]:
+            do(run, nodes, step)
+        if after_writes:
+            do(run, nodes, scenario.steps[half], sleep=False)
+        tree = run.state_dict()
+    again, resumed = build(scenario.cells)
+    with hang_guard(HANG_GUARD), mujou.run(again, timer=mujou.VirtualTimer(), workers=2, state=tree) as run:
+        for i, step in enumerate(scenario.steps[half:]):
+            if i == 0 and after_writes:
+                run.sleep(step.sleep)
+            else:
+                do(run, resumed, step)
+        back = outcome(run, resumed)
+    # Statistics count from each run's start: the resumed run's are its own.
+    for key in ("updates", "coalesced"):
+        del went_on[key], back[key]
+    assert not differences(went_on, back), differences(went_on, back)[:5]
+
+
+# --------------------------------------------------------------------------------------------
+# threads.hooks-exclusive, under the real-time timer
+
+
+class Guarded(Node):
+    """Checks in each hook, with a lock it tries without blocking, that no other hook of
+    this node runs meanwhile; counts its updates and sends the count."""
+
+    a = Input(optional=True)
+    b = Input(optional=True)
+    y = Output()
+    state_exclude: ClassVar[tuple[str, ...]] = ("violations", "inside", "updated")
+
+    def __init__(self, spec: CellSpec) -> None:
+        super().__init__(
+            period=spec.period,
+            trigger=spec.make_trigger(),
+            delay=spec.delay,
+            min_interval=spec.min_interval,
+            seed=spec.seed,
+        )
+        self.inside = threading.Lock()
+        self.violations: list[str] = []
+        self.count = 0
+        self.updated = threading.Event()
+
+    def _enter(self, hook: str) -> bool:
+        if self.inside.acquire(blocking=False):
+            return True
+        self.violations.append(hook)
+        return False
+
+    def _work(self, hook: str) -> None:
+        entered = self._enter(hook)
+        try:
+            # Some work without the GIL held part of the time: a window for a second hook.
+            torch.ones(64, 64).matmul(torch.ones(64, 64)).sum()
+        finally:
+            if entered:
+                self.inside.release()
+
+    def on_start(self) -> None:
+        self._work("on_start")
+
+    def on_update(self, dt: float) -> None:
+        entered = self._enter("on_update")
+        try:
+            self.a.read()
+            self.b.read()
+            self.count += 1
+            torch.ones(64, 64).matmul(torch.ones(64, 64)).sum()
+            self.y.send(torch.tensor(float(self.count)))
+        finally:
+            if entered:
+                self.inside.release()
+
+    def state_dict(self) -> dict[str, Any]:
+        self._work("state_dict")
+        return super().state_dict()
+
+    def on_stop(self) -> None:
+        self._work("on_stop")
+
+
+@st.composite
+def real_time_nets(draw: st.DrawFn) -> tuple[CellSpec, ...]:
+    """2 to 6 nodes; node 0 periodic, each other one periodic or triggered (mostly triggered)
+    by inputs from nodes before it, so that each triggered node's sources send; a backward
+    edge is read, never a trigger. Periods of 1 to 3 ms: many updates in a short run."""
+    count = draw(st.integers(2, 6))
+    cells = [CellSpec(0.001, (), False, None, 0.0, 0.0, (None, None), 0)]
+    for index in range(1, count):
+        forward = draw(st.integers(0, index - 1))
+        back = draw(st.sampled_from([None, *range(count)]))
+        triggered = draw(st.integers(0, 3)) > 0
+        period = draw(st.sampled_from((0.001, 0.002, 0.003)))
+        if not triggered:
+            cells.append(CellSpec(period, (), False, None, 0.0, 0.0, (forward, back), index))
+            continue
+        both = draw(st.booleans())
+        all_ = draw(st.booleans())
+        cells.append(
+            CellSpec(
+                period if both else None,
+                ("a",),
+                all_,
+                0.002 if all_ and draw(st.booleans()) else None,
+                draw(st.sampled_from((0.0, 0.001))),
+                draw(st.sampled_from((0.0, 0.001))),
+                (forward, back),
+                index,
+            )
+        )
+    return tuple(cells)
+
+
+def exceeds(seen: torch.Tensor, count: torch.Tensor) -> bool:
+    return bool(count > seen)
+
+
+@pytest.mark.rule("threads.hooks-exclusive")
+@settings(PROPERTIES, max_examples=10)
+@given(real_time_nets())
+def test_the_hooks_of_a_triggered_node_never_overlap(cells: tuple[CellSpec, ...]) -> None:
+    """> The hooks of a node never run at the same time, and each sees what the previous one
+    > wrote. Which worker runs a node may change from one hook to the next.
+
+    Under the real-time timer with 2 workers, where a send wakes its triggered readers at once
+    (trigger.real-time) while their previous update may still run, and the host takes the
+    state in between."""
+    nodes = [Guarded(spec) for spec in cells]
+    net = Bag(**{f"n{i}": node for i, node in enumerate(nodes)})
+    for node, spec in zip(nodes, cells, strict=True):
+        for name, source in zip(("a", "b"), spec.sources, strict=True):
+            if isinstance(source, int):
+                net.connect(nodes[source].y, getattr(node, name))
+    with hang_guard(HANG_GUARD), mujou.run(net, timer=mujou.RealTimeTimer(), workers=2) as run:
+        for node in nodes:  # each node ran a few times, a triggered one on its source's sends
+            run.wait_for(node.y, lambda count: bool(count >= 3), timeout=HANG_GUARD / 2)
+        run.state_dict()
+        for node in nodes:  # and go on after it
+            seen = run.read(node.y)
+            assert seen is not None
+            run.wait_for(node.y, partial(exceeds, seen), timeout=HANG_GUARD / 2)
+    assert [node.violations for node in nodes] == [[] for _ in nodes]
