@@ -126,24 +126,41 @@ class Cell(Node):
         self.replaced_read = 0  # reads of a message its sender replaced in the same update
 
     def on_update(self, dt: float) -> None:
-        row = [dt]
-        total = self.acc * 0.5
-        for port in (self.a, self.b, self.c):
-            message = port.read()
-            stamp = port.stamp
-            row += [float(port.fresh), -1.0 if stamp is None else stamp]
-            if message is not None:
-                total = total + message
-                row.append(float(message))
-                if message > REPLACED / 2:
-                    self.replaced_read += 1
-        draw = torch.rand((), generator=self.generator)
-        if draw < 0.3:  # a first message, replaced by the next in the same update: never read
-            self.y.send(REPLACED + torch.tanh(total))
-        self.acc = torch.tanh(total + draw)  # bounded: a cycle never makes inf or nan
-        row += [float(draw), float(self.acc)]
+        reads = [(port.read(), port.fresh, port.stamp) for port in (self.a, self.b, self.c)]
+        row, self.acc, sends, replaced = cell_update(self.acc, reads, dt, self.generator)
         self.record += row
-        self.y.send(self.acc)
+        self.replaced_read += replaced
+        for message in sends:
+            self.y.send(message)
+
+
+Read = tuple[torch.Tensor | None, bool, float | None]  # what an update reads: message, fresh, stamp
+
+
+def cell_update(
+    acc: torch.Tensor, reads: Sequence[Read], dt: float, generator: torch.Generator
+) -> tuple[list[float], torch.Tensor, list[torch.Tensor], int]:
+    """A Cell's update, from what it reads: its record's row, its new ``acc``, the messages it
+    sends (in order), and how many of its reads were of a replaced message. Pure, so that the
+    model (``Model``) runs the very same arithmetic."""
+    row = [dt]
+    replaced = 0
+    total = acc * 0.5
+    for message, fresh, stamp in reads:
+        row += [float(fresh), -1.0 if stamp is None else stamp]
+        if message is not None:
+            total = total + message
+            row.append(float(message))
+            if message > REPLACED / 2:
+                replaced += 1
+    draw = torch.rand((), generator=generator)
+    sends = []
+    if draw < 0.3:  # a first message, replaced by the next in the same update: never read
+        sends.append(REPLACED + torch.tanh(total))
+    acc = torch.tanh(total + draw)  # bounded: a cycle never makes inf or nan
+    row += [float(draw), float(acc)]
+    sends.append(acc)
+    return row, acc, sends, replaced
 
 
 def build(cells: Sequence[CellSpec]) -> tuple[Bag, list[Cell]]:
@@ -300,6 +317,116 @@ def run_through(scenario: Scenario, workers: int) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
+# The model: the Triggers page, run by hand
+
+
+Key = tuple[int, str]  # a port that holds messages: (node, "y") or a host-fed (node, input)
+
+
+class Model:
+    """The virtual timer of a Cell net as the spec says it runs, one tag at a time, in plain
+    Python: periodic slots (sched.first-due, sched.fixed-rate), conditions (trigger.any,
+    trigger.all, trigger.all-timeout), due times (trigger.due), tags (trigger.tags) and host
+    writes (trigger.host). The Cells' arithmetic is ``cell_update``, so the model's records
+    are the run's bit for bit when the engine keeps the rules."""
+
+    def __init__(self, cells: Sequence[CellSpec]) -> None:
+        self.cells = cells
+        self.time = 0.0
+        count = len(cells)
+        self.generators = [torch.Generator().manual_seed(spec.seed) for spec in cells]
+        self.acc = [torch.zeros(()) for _ in cells]
+        self.records: list[list[float]] = [[] for _ in cells]
+        self.replaced = [0] * count
+        self.period = [math.inf if spec.period is None else spec.period for spec in cells]
+        self.slot = [1] * count  # the next periodic update is due at slot * period
+        self.due = [self.slot[i] * self.period[i] for i in range(count)]
+        self.last = [0.0] * count  # the start of the previous update (of the run before it)
+        self.updates = [0] * count
+        self.latest: dict[Key, tuple[torch.Tensor, float, int]] = {}  # message, stamp, number
+        self.seen = {(i, name): 0 for i in range(count) for name in PORTS}  # number last seen
+        self.coalesced = {(i, name): 0 for i in range(count) for name in PORTS}
+
+    def source(self, i: int, name: str) -> Key | None:
+        source = self.cells[i].sources[PORTS.index(name)]
+        if source == "host":
+            return (i, name)
+        return (source, "y") if isinstance(source, int) else None
+
+    def fresh(self, i: int, name: str) -> bool:
+        key = self.source(i, name)
+        latest = None if key is None else self.latest.get(key)
+        return latest is not None and latest[2] != self.seen[i, name]
+
+    def publish(self, key: Key, message: torch.Tensor, stamp: float) -> None:
+        number = self.latest[key][2] + 1 if key in self.latest else 1
+        self.latest[key] = (message, stamp, number)
+
+    def arrivals(self, keys: Sequence[Key], now: float) -> None:
+        """Messages became visible on ``keys`` at ``now``: wake the nodes they trigger."""
+        for j, spec in enumerate(self.cells):
+            if not any(self.source(j, name) in keys for name in spec.trigger):
+                continue
+            fresh = [self.fresh(j, name) for name in spec.trigger]
+            if spec.all and all(fresh):
+                at = now
+            elif spec.all and any(fresh):
+                at = now + (math.inf if spec.timeout is None else spec.timeout)
+            elif not spec.all and any(fresh):
+                at = now
+            else:
+                continue
+            due = at + spec.delay
+            if spec.min_interval and self.updates[j] and self.last[j] + spec.min_interval > due:
+                due = self.last[j] + spec.min_interval
+            if due < self.due[j]:  # an earlier due time stands
+                self.due[j] = due
+
+    def write(self, i: int, name: str, value: torch.Tensor) -> None:
+        self.publish((i, name), value, self.time)
+        self.arrivals([(i, name)], self.time)
+
+    def sleep(self, seconds: float) -> None:
+        until = self.time + seconds
+        while True:
+            due = min(self.due)
+            if due > until:
+                break
+            self.time = max(self.time, due)  # a later time, or the next microstep at this one
+            self.tag([i for i, d in enumerate(self.due) if d <= self.time])
+        self.time = until
+
+    def tag(self, nodes: Sequence[int]) -> None:
+        """Run ``nodes`` at one tag: each reads what the earlier tags sent; then the tag's
+        messages become visible, and wake their triggered readers."""
+        start, staged = self.time, []
+        for i in nodes:
+            periodic = self.slot[i] * self.period[i]
+            if not (self.due[i] < periodic and start < periodic):  # a periodic update
+                self.slot[i] += 1
+            self.due[i] = self.slot[i] * self.period[i]
+            dt, self.last[i] = start - self.last[i], start
+            self.updates[i] += 1
+            reads: list[Read] = []
+            for name in PORTS:
+                key = self.source(i, name)
+                latest = None if key is None else self.latest.get(key)
+                number = 0 if latest is None else latest[2]
+                self.coalesced[i, name] += max(number - self.seen[i, name] - 1, 0)
+                reads.append(
+                    (None, False, None) if latest is None else (latest[0], self.fresh(i, name), latest[1])
+                )
+                self.seen[i, name] = number
+            row, self.acc[i], sends, replaced = cell_update(self.acc[i], reads, dt, self.generators[i])
+            self.records[i] += row
+            self.replaced[i] += replaced
+            staged += [((i, "y"), message) for message in sends]
+        for key, message in staged:
+            self.publish(key, message, start)
+        self.arrivals([key for key, _ in staged], start)
+
+
+# --------------------------------------------------------------------------------------------
 # trigger.workers-identical
 
 
@@ -322,6 +449,58 @@ def test_any_net_gives_the_same_results_with_any_number_of_workers(scenario: Sce
     for workers in (2, 4):
         other = run_through(scenario, workers)
         assert not differences(one, other), (workers, differences(one, other)[:5])
+
+
+# --------------------------------------------------------------------------------------------
+# The rules of the Triggers page, against the model
+
+
+@pytest.mark.rule(
+    "trigger.tags",
+    "trigger.due",
+    "trigger.any",
+    "trigger.all",
+    "trigger.all-timeout",
+    "trigger.delay",
+    "trigger.min-interval",
+    "trigger.periodic-and-triggered",
+    "trigger.coalesce",
+    "trigger.coalesced-stats",
+    "trigger.host",
+)
+@PROPERTIES
+@given(scenarios())
+def test_any_net_runs_as_the_triggers_page_says(scenario: Scenario) -> None:
+    """> Under the virtual timer every update runs at a tag (t, m) ... An arrival at tag
+    > (t, m) that makes a node due at time d wakes it at (t, m + 1) when d == t (no delay and
+    > no min_interval bound), and at (d, 0) when d > t. An update at a tag sees exactly the
+    > messages of the earlier tags (and the host's writes made before it) ...
+
+    > When the condition comes to hold at timer time s ..., the node becomes due at
+    > max(s + delay, last + min_interval) ... When the node already has an earlier due time
+    > (its next periodic slot, or an earlier trigger not yet run), that one stands.
+
+    The run's records (each update's dt and what it read, fresh and stamp included), its
+    updates and coalesced counts, are those of ``Model``, which follows these rules and those
+    of trigger.any, trigger.all (and its timeout), trigger.periodic-and-triggered,
+    trigger.coalesce and trigger.host, one tag at a time."""
+    ran = run_through(scenario, 2)
+    model = Model(scenario.cells)
+    for step in scenario.steps:
+        for write in step.writes:
+            model.write(write.node, write.port, torch.tensor(write.value))
+        model.sleep(step.sleep)
+    names = [f"n{i}" for i in range(len(scenario.cells))]
+    expected = {
+        "records": model.records,
+        "updates": dict(zip(names, model.updates, strict=True)),
+        "coalesced": {
+            name: {port: model.coalesced[i, port] for port in PORTS} for i, name in enumerate(names)
+        },
+        "time": model.time,
+    }
+    got = {key: ran[key] for key in expected}
+    assert not differences(expected, got), differences(expected, got)[:5]
 
 
 # --------------------------------------------------------------------------------------------
