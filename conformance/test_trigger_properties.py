@@ -38,6 +38,7 @@ PERIODS = (0.01, 0.02, 0.03)
 DELAYS = (0.0, 0.005)
 MIN_INTERVALS = (0.0, 0.01)
 SLEEPS = (0.0, 0.005, 0.01, 0.015, 0.025)  # what the host sleeps between its writes
+START = 0.75  # what a Cell that sends in on_start sends there
 REPLACED = 100.0  # the messages a Cell sends and replaces at once are above this, others in [-1, 2]
 
 PROPERTIES = settings(
@@ -76,6 +77,7 @@ class CellSpec:
     sources: tuple[int | str | None, ...]  # per input: a node's index, "host" or None
     seed: int
     dedicated: bool = False  # on a thread of its own (trigger.dedicated-thread)
+    start: bool = False  # sends START in on_start (trigger.arrival)
 
     def make_trigger(self) -> mujou.Trigger | None:
         if not self.trigger:
@@ -96,10 +98,12 @@ class Write:
 
 @dataclass(frozen=True)
 class Step:
-    """What the host does: its writes, then ``run.sleep(sleep)``."""
+    """What the host does: its writes, then ``run.sleep(sleep)``, then maybe take the state
+    (which changes nothing: state.consistent-snapshot)."""
 
     writes: tuple[Write, ...]
     sleep: float
+    take_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,10 @@ class Scenario:
 class Cell(Node):
     """Reads its inputs (value, fresh, stamp), draws from its generator, sends what depends
     on both (at times two messages, the second replacing the first), and keeps a record of it
-    all: ``record`` (floats) and ``acc`` (a tensor), both in its state tree."""
+    all: ``record`` (floats) and ``acc`` (a tensor), both in its state tree. Some send a first
+    message in ``on_start`` too."""
+
+    state_exclude: ClassVar[tuple[str, ...]] = ("spec",)
 
     a = Input(optional=True)
     b = Input(optional=True)
@@ -130,6 +137,11 @@ class Cell(Node):
         self.record: list[float] = []
         self.acc = torch.zeros(())
         self.replaced_read = 0  # reads of a message its sender replaced in the same update
+        self.spec = spec
+
+    def on_start(self) -> None:
+        if self.spec.start:
+            self.y.send(torch.tensor(START))
 
     def on_update(self, dt: float) -> None:
         reads = [(port.read(), port.fresh, port.stamp) for port in (self.a, self.b, self.c)]
@@ -195,7 +207,8 @@ def cell_specs(draw: st.DrawFn, index: int, count: int) -> CellSpec:
     sources = tuple(draw(st.sampled_from(choices)) for _ in PORTS)
     seed = draw(st.integers(0, 2**16))
     dedicated = draw(st.integers(0, 3)) == 0
-    periodic = CellSpec(period, (), False, None, 0.0, 0.0, sources, seed, dedicated)
+    start = draw(st.integers(0, 3)) == 0
+    periodic = CellSpec(period, (), False, None, 0.0, 0.0, sources, seed, dedicated, start)
     if kind == "periodic":
         return periodic
     delay = draw(st.sampled_from(DELAYS))
@@ -221,6 +234,7 @@ def cell_specs(draw: st.DrawFn, index: int, count: int) -> CellSpec:
         sources,
         seed,
         dedicated,
+        start,
     )
 
 
@@ -242,7 +256,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         if fed:
             chosen = draw(st.lists(st.sampled_from(fed), max_size=3))
             writes = tuple(Write(i, name, draw(st.sampled_from((-1.0, 0.25, 2.0)))) for i, name in chosen)
-        steps.append(Step(writes, draw(st.sampled_from(SLEEPS))))
+        steps.append(Step(writes, draw(st.sampled_from(SLEEPS)), draw(st.integers(0, 3)) == 0))
     steps[-1] = Step(steps[-1].writes, 0.03)
     scenario = Scenario(cells, tuple(steps))
     describe(scenario)
@@ -265,6 +279,8 @@ def describe(scenario: Scenario) -> None:
             event("triggered by a backward edge")
         if any(isinstance(s, int) and s < i for s in named):
             event("triggered by a node before it")
+    if any(spec.start for spec in cells):
+        event("sends in on_start")
     if any(spec.dedicated for spec in cells):
         event("a node on a thread of its own")
     if any(step.writes for step in scenario.steps):
@@ -276,6 +292,8 @@ def do(run: mujou.Run, nodes: Sequence[Cell], step: Step, *, sleep: bool = True)
         run.write(getattr(nodes[write.node], write.port), torch.tensor(write.value))
     if sleep:
         run.sleep(step.sleep)
+        if step.take_state:
+            run.state_dict()
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,6 +376,10 @@ class Model:
         self.latest: dict[Key, tuple[torch.Tensor, float, int]] = {}  # message, stamp, number
         self.seen = {(i, name): 0 for i in range(count) for name in PORTS}  # number last seen
         self.coalesced = {(i, name): 0 for i in range(count) for name in PORTS}
+        started = [(i, "y") for i, spec in enumerate(cells) if spec.start]
+        for key in started:  # on_start's messages: arrivals at the start time
+            self.publish(key, torch.tensor(START), 0.0)
+        self.arrivals(started, 0.0)
 
     def source(self, i: int, name: str) -> Key | None:
         source = self.cells[i].sources[PORTS.index(name)]
@@ -543,10 +565,7 @@ def test_any_net_resumed_from_its_state_continues_bit_for_bit(scenario: Scenario
     again, resumed = build(scenario.cells)
     with hang_guard(HANG_GUARD), mujou.run(again, timer=mujou.VirtualTimer(), workers=2, state=tree) as run:
         for i, step in enumerate(scenario.steps[half:]):
-            if i == 0 and after_writes:
-                run.sleep(step.sleep)
-            else:
-                do(run, resumed, step)
+            do(run, resumed, Step((), step.sleep, step.take_state) if i == 0 and after_writes else step)
         back = outcome(run, resumed)
     # Statistics count from each run's start: the resumed run's are its own.
     for key in ("updates", "coalesced"):
