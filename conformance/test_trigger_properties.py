@@ -41,6 +41,8 @@ SLEEPS = (0.0, 0.005, 0.01, 0.015, 0.025)  # what the host sleeps between its wr
 START = 0.75  # what a Cell that sends in on_start sends there
 REPLACED = 100.0  # the messages a Cell sends and replaces at once are above this, others in [-1, 2]
 
+# A flag drawn as ``integers(0, 3) == 3`` is set one time in four and shrinks to unset: the
+# small net hypothesis prints has only the features the failure needs.
 PROPERTIES = settings(
     max_examples=50,
     deadline=None,  # a run's time is the machine's: 2 busy cores under -n auto
@@ -206,8 +208,8 @@ def cell_specs(draw: st.DrawFn, index: int, count: int) -> CellSpec:
     choices: list[int | str | None] = [None, "host", *range(count)]
     sources = tuple(draw(st.sampled_from(choices)) for _ in PORTS)
     seed = draw(st.integers(0, 2**16))
-    dedicated = draw(st.integers(0, 3)) == 0
-    start = draw(st.integers(0, 3)) == 0
+    dedicated = draw(st.integers(0, 3)) == 3
+    start = draw(st.integers(0, 3)) == 3
     periodic = CellSpec(period, (), False, None, 0.0, 0.0, sources, seed, dedicated, start)
     if kind == "periodic":
         return periodic
@@ -256,7 +258,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         if fed:
             chosen = draw(st.lists(st.sampled_from(fed), max_size=3))
             writes = tuple(Write(i, name, draw(st.sampled_from((-1.0, 0.25, 2.0)))) for i, name in chosen)
-        steps.append(Step(writes, draw(st.sampled_from(SLEEPS)), draw(st.integers(0, 3)) == 0))
+        steps.append(Step(writes, draw(st.sampled_from(SLEEPS)), draw(st.integers(0, 3)) == 3))
     steps[-1] = Step(steps[-1].writes, 0.03)
     scenario = Scenario(cells, tuple(steps))
     describe(scenario)
@@ -701,8 +703,8 @@ def real_time_nets(draw: st.DrawFn) -> tuple[CellSpec, ...]:
         forward = draw(st.integers(0, index - 1))
         back = draw(st.sampled_from([None, *range(count)]))
         period = draw(st.sampled_from((0.001, 0.002, 0.003)))
-        dedicated = draw(st.integers(0, 3)) == 0
-        if draw(st.integers(0, 3)) == 0:  # periodic only
+        dedicated = draw(st.integers(0, 3)) == 3
+        if draw(st.integers(0, 3)) == 3:  # periodic only
             cells.append(CellSpec(period, (), False, None, 0.0, 0.0, (forward, back), index, dedicated))
             continue
         both = draw(st.booleans())
