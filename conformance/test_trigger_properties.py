@@ -591,25 +591,19 @@ class Echo(Node):
 
 
 @pytest.mark.rule("trigger.state", "trigger.min-interval")
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a resumed run forgets that the node's previous update started at 0.0 "
-    "(_arrivals.arrive bounds by min_interval only when 'slot.updates or slot.last', and "
-    "updates counts from the resumed run's start), so the next triggered update comes early",
-)
-def test_a_resumed_run_keeps_the_bound_of_an_update_at_time_zero() -> None:
+def test_a_resumed_run_keeps_the_bound_of_the_previous_update() -> None:
     """> a run resumed with state= restores them, so that under the virtual timer it continues
     > bit for bit as the run that went on, triggered updates included.
 
-    The shrunk example of the trigger.state property above, when the host writes at 0.0: the
-    node's update at 0.0 bounds the next one to 0.01 (trigger.min-interval), in the resumed
-    run too."""
+    The shrunk example of the trigger.state property above (it found that a resumed run lost
+    the bound of an update at 0.0, before min_interval counted from the run's start): the
+    update at 0.01 bounds the next one to 0.02 (trigger.min-interval), in the resumed run too."""
     echo, resumed = Echo(), Echo()
     with hang_guard(HANG_GUARD), mujou.run(Bag(echo=echo), timer=mujou.VirtualTimer()) as run:
         run.write(echo.x, torch.tensor(1.0))
-        run.sleep(0)  # the echo runs at 0.0
+        run.sleep(0.01)  # due at max(0.0, the run's start + 0.01): the echo runs at 0.01
         tree = run.state_dict()
-        run.write(echo.x, torch.tensor(2.0))  # due at max(0.0, 0.0 + 0.01)
+        run.write(echo.x, torch.tensor(2.0))  # due at max(0.01, 0.01 + 0.01)
         run.sleep(0.03)
     with (
         hang_guard(HANG_GUARD),
@@ -617,9 +611,8 @@ def test_a_resumed_run_keeps_the_bound_of_an_update_at_time_zero() -> None:
     ):
         run.write(resumed.x, torch.tensor(2.0))
         run.sleep(0.03)
-    runs = [echo.starts, resumed.starts]
-    assert runs[0] == [0.0, 0.01]
-    assert runs[1] == runs[0]
+    assert echo.starts == [0.01, 0.02]
+    assert resumed.starts == echo.starts  # its record and clock are in its state
 
 
 # --------------------------------------------------------------------------------------------
