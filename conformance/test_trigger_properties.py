@@ -413,7 +413,7 @@ class Model:
             else:
                 continue
             due = at + spec.delay
-            if spec.min_interval and self.updates[j] and self.last[j] + spec.min_interval > due:
+            if self.last[j] + spec.min_interval > due:  # last: the run's start before a first update
                 due = self.last[j] + spec.min_interval
             if due < self.due[j]:  # an earlier due time stands
                 self.due[j] = due
