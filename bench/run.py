@@ -108,9 +108,9 @@ NOT_RUN_LARGE = "not run (set-up takes minutes)"
 
 # The workloads of event-triggered nodes (issue 13): workload -> (function, the systems that run it).
 TRIGGER_WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "trigger-latency": ("trigger_latency", (MUJOU_1, MUJOU_2, ASYNCIO, THREADS)),
-    "echo-triggered": ("echo_triggered", (MUJOU_1, ASYNCIO, THREADS, HOLOSCAN, EZMSG)),
-    "chain-10": ("chain", (MUJOU_1, MUJOU_2, ASYNCIO, THREADS)),
+    "trigger-latency": ("trigger_latency", (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL)),
+    "echo-triggered": ("echo_triggered", (MUJOU_1, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG)),
+    "chain-10": ("chain", (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL)),
     "microsteps": ("microsteps", (MUJOU_1,)),
 }
 
