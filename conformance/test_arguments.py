@@ -49,10 +49,22 @@ def real_silent() -> Iterator[tuple[mujou.Run, Silent]]:
         yield run, node
 
 
+class Woken(Node):
+    """A triggered node: min_interval and delay apply to it."""
+
+    x = Input()
+
+    def __init__(self, *, min_interval: object = 0.0, delay: object = 0.0) -> None:
+        super().__init__(trigger=mujou.on("x"), min_interval=min_interval, delay=delay)  # type: ignore[arg-type]  # any value, on purpose
+
+
 # Each site: (name, argument, the bound, "or None" allowed) and a call that passes the value.
 Site = tuple[str, str, str, bool]
 SITES: list[Site] = [
     ("Node(period=)", "period", "> 0", False),
+    ("Node(min_interval=)", "min_interval", ">= 0", False),
+    ("Node(delay=)", "delay", ">= 0", False),
+    ("on_all(timeout=)", "timeout", "> 0", True),
     ("RealTimeTimer(scale=)", "scale", "> 0", False),
     ("run.sleep(seconds)", "seconds", ">= 0", False),
     ("run.wait_for(timeout=)", "timeout", ">= 0", True),
@@ -65,6 +77,12 @@ def call(site: str, run: mujou.Run, node: Silent, value: object) -> object:
     """Pass ``value`` to the argument of ``site``; return what the call gives (see accepted)."""
     if site == "Node(period=)":
         return Plain(period=value).period  # type: ignore[arg-type]  # any real number, on purpose
+    if site == "Node(min_interval=)":
+        return Woken(min_interval=value).min_interval
+    if site == "Node(delay=)":
+        return Woken(delay=value).delay
+    if site == "on_all(timeout=)":
+        return mujou.on_all("x", timeout=value).timeout  # type: ignore[arg-type]  # on purpose
     if site == "RealTimeTimer(scale=)":
         return mujou.RealTimeTimer(scale=value)  # type: ignore[arg-type]  # on purpose
     if site == "run.sleep(seconds)":
@@ -118,7 +136,7 @@ def test_durations_and_rates_take_any_real_number(
     scalar, but not a bool, converted to a float."""
     run, node = silent
     got = call(site, run, node, value)
-    if site == "Node(period=)":
+    if site.startswith(("Node(", "on_all(")):
         assert type(got) is float and got == number, got
     elif site == "RealTimeTimer(scale=)":
         assert repr(got) == f"RealTimeTimer(scale={number!r})", repr(got)
@@ -174,8 +192,8 @@ def cases() -> Iterator[object]:
     """Every refused value at every site (None is allowed where the timeout may be None)."""
     for site, name, bound, optional in SITES:
         for kind, value, error, word in REFUSED + (ZERO if bound == "> 0" else []):
-            if value is None and optional:
-                continue
+            if value is None and (optional or site == "Node(period=)"):
+                continue  # period=None: triggered only (trigger.period-none)
             yield pytest.param(Case(site, name, bound, optional, value, error, word), id=f"{site}-{kind}")
 
 
@@ -207,6 +225,9 @@ def test_the_sites_are_every_number_argument() -> None:
     """The table of sites covers every number argument the rule lists (a guard on the test)."""
     assert {s[0] for s in SITES} == {
         "Node(period=)",
+        "Node(min_interval=)",
+        "Node(delay=)",
+        "on_all(timeout=)",
         "RealTimeTimer(scale=)",
         "run.sleep(seconds)",
         "run.wait_for(timeout=)",

@@ -315,6 +315,7 @@ def test_stats_fields_types_and_order_during_and_after_the_run() -> None:
     assert again.time == after.time and again.nodes == after.nodes
     nodes = worker_nodes(net)
     for name, node in nodes.items():
+        assert node.period is not None
         assert after.nodes[name].updates == len(node.dts), (name, after.nodes[name], len(node.dts))
         assert during.nodes[name].updates == updates_by(node.period, 0.5), (name, during)
         assert after.nodes[name].skipped == 0
@@ -363,6 +364,7 @@ def test_virtual_dt_is_the_exact_difference_of_due_times(workers: int) -> None:
         run.sleep(1.0)
         stats = run.stats()
     for name, node in worker_nodes(net).items():
+        assert node.period is not None
         count = updates_by(node.period, 1.0)
         expected = due_differences(node.period, count)
         s = stats.nodes[name]
@@ -611,6 +613,7 @@ def test_trace_is_a_chrome_trace_with_one_slice_per_hook_call(tmp_path: Path, as
         assert len(updates) == stats.nodes[name].updates == len(node.dts), (name, len(updates), stats)
         assert all(isinstance(e.get("args"), dict) for e in updates), f"{name}: on_update without args"
         args: list[dict[str, Any]] = [e["args"] for e in updates]
+        assert node.period is not None
         assert [a["t"] for a in args] == due_times(node.period, len(node.dts)), f"{name}: t {args}"
         assert [a["dt"] for a in args] == node.dts, f"{name}: dt in the trace {args} vs {node.dts}"
         assert all(a["lateness"] == 0.0 for a in args), f"{name}: lateness {args}"
@@ -742,6 +745,7 @@ def test_without_the_profiler_hooks_run_as_usual() -> None:
         run.sleep(1.0)
         stats = run.stats()
     for name, node in worker_nodes(net).items():
+        assert node.period is not None
         assert stats.nodes[name].updates == len(node.dts) == updates_by(node.period, 1.0)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         torch.ones(2).sum()

@@ -105,6 +105,7 @@ def test_first_update_never_starts_early_under_real_time() -> None:
     for node in (net.p, net.q):
         starts = list(accumulate(node.dts))
         assert starts, "no update ran"
+        assert node.period is not None
         assert starts[0] >= node.period, (starts[0], node.period)
         assert all(s >= k * node.period for k, s in enumerate(starts, 1)), starts
 

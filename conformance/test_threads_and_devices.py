@@ -127,10 +127,28 @@ def expected_default_workers(nodes_on_workers: int) -> int:
 @pytest.mark.rule("threads.node-arguments")
 def test_node_arguments_are_keyword_only_with_defaults() -> None:
     """> `super().__init__` takes these keyword arguments, all optional. They are keyword-only.
-    > (period: `0.01`; seed: `None`; device: `"cpu"`; dedicated_thread: `False`)"""
+    > (period: `0.01`; trigger: `None`; min_interval, delay: `0.0`; seed: `None`; device:
+    > `"cpu"`; dedicated_thread: `False`)"""
     params = inspect.signature(Node.__init__).parameters
-    assert list(params) == ["self", "period", "seed", "device", "dedicated_thread"]
-    defaults = {"period": 0.01, "seed": None, "device": "cpu", "dedicated_thread": False}
+    assert list(params) == [
+        "self",
+        "period",
+        "trigger",
+        "min_interval",
+        "delay",
+        "seed",
+        "device",
+        "dedicated_thread",
+    ]
+    defaults = {
+        "period": 0.01,
+        "trigger": None,
+        "min_interval": 0.0,
+        "delay": 0.0,
+        "seed": None,
+        "device": "cpu",
+        "dedicated_thread": False,
+    }
     for name, default in defaults.items():
         assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, name
         assert params[name].default == default, (name, params[name].default)
@@ -195,7 +213,7 @@ ARGUMENT_ERRORS: list[tuple[str, object, type[Exception], str]] = [
     ("period", math.inf, ValueError, "finite"),
     ("period", -math.inf, ValueError, "finite"),
     ("period", "0.1", TypeError, "real number"),
-    ("period", None, TypeError, "real number"),
+    ("period", None, ValueError, "a trigger"),
     ("period", True, TypeError, "real number"),
     ("period", 1j, TypeError, "real number"),
     ("period", decimal.Decimal("0.1"), TypeError, "real number"),

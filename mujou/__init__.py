@@ -28,6 +28,9 @@ from ._subscription import Subscription as Subscription
 from ._timer import RealTimeTimer as RealTimeTimer
 from ._timer import Timer as Timer
 from ._timer import VirtualTimer as VirtualTimer
+from ._trigger import Trigger as Trigger
+from ._trigger import on as on
+from ._trigger import on_all as on_all
 
 #: The version of Mujou (PEP 440). The one place it is written: the package metadata
 #: (pyproject.toml), the docs and ``python -m mujou --version`` take it from here.
@@ -54,9 +57,12 @@ __all__ = [
     "Subscription",
     "TensorSpec",
     "Timer",
+    "Trigger",
     "UnsavedAttributeWarning",
     "VirtualTimer",
     "load",
+    "on",
+    "on_all",
     "run",
     "save",
 ]

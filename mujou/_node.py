@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import math
 import threading
 import warnings
 import weakref
@@ -14,11 +15,12 @@ import torch
 from ._devices import parse_device
 from ._errors import UnsavedAttributeWarning
 from ._messages import with_article
-from ._numbers import positive
+from ._numbers import non_negative, positive
 from ._plain import is_plain
 from ._port import Staged, _Port
 from ._ports import Input
 from ._state import copy_to, cpu_copy, is_stateful, load_errors_message
+from ._trigger import Trigger, check_trigger
 
 if TYPE_CHECKING:
     from ._cuda import NodeStreams
@@ -52,11 +54,13 @@ class NodeCore:
         "context",
         "cpu",
         "dedicated",
+        "delay",
         "device",
         "engine",
         "generator",
         "hook_thread",
         "hooks",
+        "min_interval",
         "parent",
         "period",
         "ports",
@@ -64,6 +68,7 @@ class NodeCore:
         "seed",
         "staged",
         "streams",
+        "trigger",
     )
 
     def __init__(
@@ -74,7 +79,10 @@ class NodeCore:
         device: torch.device,
         dedicated: bool,
     ) -> None:
-        self.period = period
+        self.period = period  # inf: triggered only
+        self.trigger: Trigger | None = None
+        self.min_interval = 0.0
+        self.delay = 0.0
         self.seed = seed
         self.generator = generator
         self.device = device
@@ -95,8 +103,36 @@ class NodeCore:
         self.streams: NodeStreams | None = None  # set for the run when the node touches CUDA
 
 
-def _check_period(period: object) -> float:
+class _DefaultPeriod(float):
+    """The default ``period``, 0.01, told apart from a period the caller gave: with a
+    trigger, a node given no period is triggered only (trigger.period-none)."""
+
+
+_DEFAULT_PERIOD = _DefaultPeriod(0.01)
+
+
+def _check_period(period: object, trigger: Trigger | None) -> float:
+    """The node's period in seconds; inf for a node that is triggered only."""
+    if period is None or (period is _DEFAULT_PERIOD and trigger is not None):
+        if trigger is None:
+            raise ValueError(
+                "period must be a finite number of seconds > 0, or None for a node with a "
+                "trigger; got None, and this node has no trigger: give it a period, or a "
+                "trigger (trigger=mujou.on('x'))"
+            )
+        return math.inf
     return positive("period", period)  # run.number-arguments
+
+
+def _check_trigger_timing(name: str, value: object, trigger: Trigger | None) -> float:
+    seconds = non_negative(name, value)
+    if seconds and trigger is None:
+        raise ValueError(
+            f"{name}={seconds!r} applies to triggered updates, and this node has no trigger: "
+            "give it a trigger (trigger=mujou.on('x')) or leave out "
+            f"{name}"
+        )
+    return seconds
 
 
 def _check_seed(seed: object) -> int | None:
@@ -116,7 +152,13 @@ class Node:
     attributes and override the hooks you need. See :ref:`threads.node-arguments`.
 
     Args:
-        period: Seconds of the run's timer between two updates on average (finite, > 0).
+        period: Seconds of the run's timer between two updates on average (finite, > 0);
+            None (the default when a ``trigger`` is given): only the trigger updates it.
+        trigger: Update also (or only) when inputs get new messages: :func:`mujou.on` or
+            :func:`mujou.on_all`. See :ref:`trigger.any`.
+        min_interval: Timer seconds (>= 0) that at least separate a triggered update from
+            the previous update; arrivals meanwhile make one update at the interval's end.
+        delay: Timer seconds (>= 0) from the arrival that triggers an update to its due time.
         seed: The seed of ``self.generator``; None draws a nondeterministic one.
         device: ``"cpu"`` or a CUDA device (``"cuda"``, ``"cuda:N"`` or a torch.device).
         dedicated_thread: Run this node's hooks on a thread of its own instead of the workers.
@@ -142,12 +184,19 @@ class Node:
     def __init__(
         self,
         *,
-        period: float = 0.01,
+        period: float | None = _DEFAULT_PERIOD,
+        trigger: Trigger | None = None,
+        min_interval: float = 0.0,
+        delay: float = 0.0,
         seed: int | None = None,
         device: str | torch.device = "cpu",
         dedicated_thread: bool = False,
     ) -> None:
-        checked_period = _check_period(period)
+        ports = _class_ports(type(self))
+        checked_trigger = check_trigger(type(self), trigger, dict(ports))
+        checked_period = _check_period(period, checked_trigger)
+        checked_interval = _check_trigger_timing("min_interval", min_interval, checked_trigger)
+        checked_delay = _check_trigger_timing("delay", delay, checked_trigger)
         checked_seed = _check_seed(seed)
         parsed = parse_device(device)
         if not isinstance(dedicated_thread, bool):
@@ -161,17 +210,36 @@ class Node:
         else:
             generator.manual_seed(checked_seed)
         core = NodeCore(checked_period, checked_seed, generator, parsed, dedicated_thread)
+        core.trigger = checked_trigger
+        core.min_interval = checked_interval
+        core.delay = checked_delay
         self._mujou = core
-        for attr, declared in _class_ports(type(self)):
+        for attr, declared in ports:
             # The instance dict: node.attr finds it there (see _ports' docstring).
             self.__dict__[attr] = core.ports[attr] = declared._bound_copy(self, core)
 
     # Read-only properties: see threads.node-properties.
 
     @property
-    def period(self) -> float:
-        """Seconds of the run's timer between two updates on average."""
-        return _core(self).period
+    def period(self) -> float | None:
+        """Seconds of the run's timer between two updates on average; None: triggered only."""
+        period = _core(self).period
+        return None if period == math.inf else period
+
+    @property
+    def trigger(self) -> Trigger | None:
+        """What updates the node on its inputs (:func:`mujou.on`, :func:`mujou.on_all`), or None."""
+        return _core(self).trigger
+
+    @property
+    def min_interval(self) -> float:
+        """Timer seconds that at least separate a triggered update from the previous one."""
+        return _core(self).min_interval
+
+    @property
+    def delay(self) -> float:
+        """Timer seconds from a triggering arrival to the update's due time."""
+        return _core(self).delay
 
     @property
     def seed(self) -> int:
@@ -291,7 +359,10 @@ class Node:
             name = self.name
             where = f" {name!r}" if name else " (in no net)"
             thread = " dedicated_thread" if core.dedicated else ""
-            return f"<{cls}{where} period={core.period:g} {core.device}{thread}>"
+            when = f"period={core.period:g}" if core.period != math.inf else "period=None"
+            if core.trigger is not None:
+                when += f" trigger={core.trigger!r}"
+            return f"<{cls}{where} {when} {core.device}{thread}>"
         except Exception:  # a repr must not fail, even while another thread changes the net
             return f"<{cls}>"
 

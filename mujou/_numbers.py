@@ -17,9 +17,12 @@ from typing import Literal
 SHOWN = 80  # characters of a value's repr an error message shows at most
 
 
-def positive(name: str, value: object, *, unit: str = " of seconds") -> float:
-    """``value`` as a float, for an argument that must be a finite real number > 0."""
-    return _checked(name, value, "> 0", unit, optional=False)
+def positive(name: str, value: object, *, unit: str = " of seconds", optional: bool = False) -> float:
+    """``value`` as a float, for an argument that must be a finite real number > 0.
+
+    ``optional`` only words the error: the caller takes ``None`` itself.
+    """
+    return _checked(name, value, "> 0", unit, optional=optional)
 
 
 def non_negative(name: str, value: object, *, optional: bool = False) -> float:

@@ -37,7 +37,7 @@ _WATCHERS_LOCK = threading.Lock()
 class _Port:
     """What inputs and outputs share: a name, a node, a declaration, the latest message, watchers."""
 
-    __slots__ = ("_attr", "_core", "_declared", "_latest", "_node", "_watchers")
+    __slots__ = ("_attr", "_core", "_declared", "_latest", "_node", "_wakes", "_watchers")
 
     def __init__(self, dtype: object = None, shape: object = None, spec: object = None) -> None:
         self._attr = ""
@@ -47,6 +47,9 @@ class _Port:
         # Replaced (under _WATCHERS_LOCK), never mutated, so a sender iterates it without a lock.
         self._watchers: tuple[Watcher, ...] = ()
         self._declared: Declared | None = declare(dtype, shape, spec)
+        # The triggered nodes a message made visible here wakes, set for each run (the
+        # engine's _arrivals): an output's readers, or a host-fed input's own node.
+        self._wakes: tuple[Slot, ...] = ()
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._attr = name

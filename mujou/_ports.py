@@ -116,6 +116,8 @@ class Output(_Port, Generic[M]):
             self._latest = (message, message._version, None, stamp, 1 if latest is None else latest[4] + 1)
             for watcher in self._watchers:
                 watcher(message)
+            if self._wakes:
+                core.engine.arrived(self)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
         else:  # virtual timer: visible once the batch ends (visibility.virtual)
             core.staged.append((self, message, message._version, None, stamp))
 
@@ -165,6 +167,8 @@ class Output(_Port, Generic[M]):
         stamp = self._slot.last  # type: ignore[union-attr]  # set for the run: send() runs in a hook
         if core.staged is None:
             self._publish(message, 0, nest, stamp)
+            if self._wakes:
+                core.engine.arrived(self)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
         else:
             core.staged.append((self, message, 0, nest, stamp))
 
@@ -185,7 +189,7 @@ class Input(_Port, Generic[M]):
     messages are, as for :class:`Output`. See :ref:`ports.read-latest`.
     """
 
-    __slots__ = ("_optional", "_seen", "_seen_before", "_slot", "_source")
+    __slots__ = ("_base", "_coalesced", "_optional", "_seen", "_seen_before", "_slot", "_source")
 
     @overload
     def __init__(
@@ -215,6 +219,10 @@ class Input(_Port, Generic[M]):
         # the update before it started (0: none yet): see Input.fresh.
         self._seen = 0
         self._seen_before = 0
+        # The number of the latest message when the run started (or was restored): the
+        # arrivals counted in ``_coalesced`` come after it (trigger.coalesce).
+        self._base = 0
+        self._coalesced = 0
 
     def _bound_copy(self, node: Node, core: NodeCore) -> Input[M]:
         port = super()._bound_copy(node, core)
@@ -222,13 +230,15 @@ class Input(_Port, Generic[M]):
         port._optional = self._optional
         port._source = None
         port._slot = None
-        port._seen = port._seen_before = 0
+        port._seen = port._seen_before = port._base = port._coalesced = 0
         return port
 
     def _begin_run(self, slot: Slot) -> None:
         """A run of the node starts: no update has seen a message yet (ports.fresh)."""
         self._slot = slot
-        self._seen = self._seen_before = 0
+        self._seen = self._seen_before = self._coalesced = 0
+        latest = (self if self._source is None else self._source)._latest
+        self._base = 0 if latest is None else latest[4]
 
     @property
     def optional(self) -> bool:
@@ -331,6 +341,7 @@ class Input(_Port, Generic[M]):
         latest = (self if self._source is None else self._source)._latest
         number = 0 if latest is None else latest[4]
         self._seen = number - 1 if fresh else number
+        self._base = number
 
     def _host_snapshot(self, value: object, what: str) -> tuple[Any, Nest | None]:
         """The host's snapshot of ``value`` for this input, on its node's device, and its tensors.

@@ -26,6 +26,7 @@ from ._run import Run, _host_message
 from ._timer import RealTimeTimer, Timer
 from ._trace import TraceRecorder
 from ._tree import mismatch_message
+from ._trigger import trigger_cycle
 
 
 def run(
@@ -78,6 +79,7 @@ def run(
         )
     nodes = list(net.nodes())
     _check_net(net, nodes)
+    _check_cycles(nodes)
     first = _check_inputs(nodes, inputs)
     on_workers = sum(1 for node in nodes if not node.dedicated_thread)
     if workers is None:
@@ -161,6 +163,28 @@ def _check_net(net: Net, nodes: list[Node]) -> None:
                             f"output {port.name!r} is connected to {_outsider(reader)}, "
                             "whose node is not in this net"
                         )
+
+
+def _check_cycles(nodes: list[Node]) -> None:
+    """Refuse triggered nodes that would wake each other without the time moving (trigger.cycle)."""
+    edges: dict[str, list[str]] = {node.name: [] for node in nodes}
+    for node in nodes:
+        core = node._mujou
+        if core.trigger is None or core.delay or core.min_interval:
+            continue
+        for name in core.trigger.inputs:
+            port = core.ports[name]
+            source = port.source if isinstance(port, Input) else None
+            if source is not None and node.name not in edges[source.node.name]:
+                edges[source.node.name].append(node.name)
+    cycle = trigger_cycle(edges)
+    if cycle is not None:
+        path = " -> ".join(map(repr, cycle))
+        raise ValueError(
+            f"triggered nodes {path} form a cycle: each wakes the next at the same time, "
+            "forever; give one of them delay= or min_interval= (or let one of them update "
+            "at its period only), so that the time moves around the cycle"
+        )
 
 
 def _outsider(port: _Port) -> str:

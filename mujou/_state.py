@@ -21,7 +21,9 @@ from ._files import Temporary, file_path, reworded
 
 _CPU = torch.device("cpu")
 
-FORMAT_VERSION = 2  # 2: port messages may be nests, with their stamps; the inputs' fresh flags
+FORMAT_VERSION = 3  # 2: port messages may be nests, with their stamps; the inputs' fresh flags
+# 3: each node's pending trigger, and period None for a node that is triggered only
+READS_VERSIONS = (2, 3)  # a version 2 tree has no pending trigger: it reads as none
 META_KEY = "@mujou"  # not an identifier, so never the name of a node or a sub-net
 # The file's own entry, beside the tree's: its format and the checksum of the tree's content
 # (state.file-checksum). mujou.load removes it, so the tree loaded is the tree saved.

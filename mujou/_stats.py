@@ -25,6 +25,9 @@ class NodeStats:
         lateness_p50: The median lateness (start minus due time) of the last 1024 updates.
         lateness_p99: Their 99th percentile.
         lateness_max: The largest lateness of any update.
+        coalesced: For each input, by attribute name, the messages that arrived in this run
+            and that no update of the node saw fresh: a later one replaced each before the
+            node's next update started (trigger.coalesce).
     """
 
     updates: int
@@ -36,6 +39,7 @@ class NodeStats:
     lateness_p50: float
     lateness_p99: float
     lateness_max: float
+    coalesced: Mapping[str, int]
 
 
 @dataclass(frozen=True)

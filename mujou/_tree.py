@@ -6,13 +6,14 @@ key ``"@mujou"`` holds what an exact resume needs. See :ref:`state.tree-shape`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._node import Node
 from ._port import _Port
 from ._ports import Input, Output
-from ._state import FORMAT_VERSION, META_KEY, cpu_copy
+from ._state import FORMAT_VERSION, META_KEY, READS_VERSIONS, cpu_copy
 from ._stored import MalformedError, decode, encode
 
 if TYPE_CHECKING:
@@ -65,9 +66,10 @@ def build_tree(slots: Sequence[Slot], states: Sequence[Any], time: float) -> dic
         nodes[slot.name] = {
             "class": class_path(slot.node),
             "device": slot.core.device.type,
-            "period": slot.period,
+            "period": None if slot.period == math.inf else slot.period,
             "slot": slot.slot,
             "last": slot.last,
+            "trigger": pending_trigger(slot),
         }
     ports: dict[str, Any] = {}
     for name, port in state_ports(slots).items():
@@ -84,6 +86,13 @@ def build_tree(slots: Sequence[Slot], states: Sequence[Any], time: float) -> dic
     return tree
 
 
+def pending_trigger(slot: Slot) -> float | None:
+    """The due time of the update a trigger asked ``slot`` for and it has not begun, or None
+    (trigger.state)."""
+    due = min(slot.due, slot.pending)
+    return due if due < slot.slot * slot.period else None
+
+
 def check_tree(slots: Sequence[Slot], tree: object) -> tuple[list[str], list[Any], dict[str, Any]]:
     """Match a state tree with the run's nodes: the problems, each node's state, the metadata.
 
@@ -95,7 +104,7 @@ def check_tree(slots: Sequence[Slot], tree: object) -> tuple[list[str], list[Any
     if not isinstance(meta, Mapping) or not isinstance(meta.get("nodes"), Mapping):
         return [f"the tree has no {META_KEY!r} entry: it was not made by run.state_dict()"], [], {}
     version = meta.get("version")
-    if version != FORMAT_VERSION:
+    if version not in READS_VERSIONS:
         return [f"the tree has format version {version!r}; this Mujou reads version {FORMAT_VERSION}"], [], {}
     problems: list[str] = []
     saved_nodes: Mapping[str, Any] = meta["nodes"]

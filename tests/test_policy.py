@@ -34,7 +34,13 @@ def make_slots(rng: random.Random, count: int, dedicated: float) -> list[Slot]:
     for index in range(count):
         period = rng.choice([0.01, 0.02, 0.03, 0.05])
         core = SimpleNamespace(
-            period=period, dedicated=rng.random() < dedicated, device=torch.device("cpu"), ports={}
+            period=period,
+            dedicated=rng.random() < dedicated,
+            device=torch.device("cpu"),
+            ports={},
+            trigger=None,
+            min_interval=0.0,
+            delay=0.0,
         )
         node = SimpleNamespace(name=f"n{index}")
         slots.append(Slot(cast(Any, node), cast(Any, core), index))

@@ -93,6 +93,9 @@ class Workers:
         self.spinner = -1  # the worker waiting for a burst without sleeping
         self.bursts = worker_nodes >= BURST
         self.keeps = workers == 1 and not virtual  # NOTE [ keeping a batch ]
+        # Whether updates due now may start: always under the real-time timer; under the
+        # virtual one, from start_instant to end_instant (Policy).
+        self.instant = not virtual
 
     def _queue_stop(self, slot: Slot) -> None:
         """Queue ``slot``'s stop job if it needs one (the stop protocol: Policy)."""
@@ -180,8 +183,8 @@ class Workers:
             due, other = self._earliest()
             if due == math.inf:
                 return self._idle(w, PARK, math.inf)
-            if due > now:
-                if self.virtual:
+            if due > now or not self.instant:
+                if self.virtual:  # until the instant starts (Policy.start_instant)
                     return PARK, None
                 timeout = (due - now) / self.scale
                 if self.gil is not None and self.waker_due <= due:

@@ -42,6 +42,7 @@ from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
 from .._trace import TraceRecorder
 from .._tree import check_tree
+from ._arrivals import arrive, wire
 from ._clock import VirtualClock, make_clock
 from ._collect import state_tree, stopping_now
 from ._exit import live
@@ -54,13 +55,16 @@ from ._threads import CpuClocks, Parking, dedicated_main, guarded, worker_main
 if TYPE_CHECKING:
     from .._messages import Nest
     from .._node import Node
-    from .._port import Staged
+    from .._port import Staged, _Port
 
 # Real seconds the host's waits sleep at most before they look again: under the real-time
 # timer a wake-up costs about 1 ms of CPU a second at 0.1 s, a tenth of an idle node's; under
 # the virtual timer the run races on meanwhile, so the host looks more often.
 HOST_POLL_REAL = 0.5
 HOST_POLL_VIRTUAL = 0.1
+# Instants at one time of the virtual timer at most, the first included: the backstop for
+# triggers that keep waking each other (trigger.microstep-cap); start refuses a cycle of them.
+MICROSTEPS_MAX = 10_000
 _claims = threading.Lock()  # taken to claim a net's nodes for a run
 
 
@@ -89,6 +93,7 @@ class Engine:
         # Virtual timer: sent, not yet visible; each with its version counter at the send.
         self.staged: list[Staged] = []
         self.advance_until: float | None = None  # the host's sleep target, while it sleeps
+        self.microstep = 0  # virtual timer: the instant's number among those at its time
         self.ended = False
         self.end_time = 0.0
         self.end_real = 0.0
@@ -186,6 +191,7 @@ class Engine:
                 if isinstance(port, Output):
                     port._route = plan.routes[port.name]
                 port._begin_run(slot)  # ports.stamp, ports.fresh
+        wire(self.slots)
         live.add(self)
         for thread in self._threads:
             thread.start()
@@ -263,10 +269,32 @@ class Engine:
         due = policy.next_due()
         if due > self.advance_until:
             return False
-        clock.set(due)
-        policy.start_instant()
-        self.deliver()
+        self._start_instant(due)
         return True
+
+    def _start_instant(self, due: float) -> None:
+        """Virtual timer, the instant over and committed: start the next, at ``due``."""
+        clock = self.clock
+        assert isinstance(clock, VirtualClock)
+        if due <= clock.time:  # a microstep: triggered updates at the same time (trigger.tags)
+            self.microstep += 1
+            if self.microstep >= MICROSTEPS_MAX:
+                names = [slot.name for slot in self.slots if min(slot.due, slot.pending) <= clock.time]
+                self.policy.abort(
+                    RuntimeError(
+                        f"the run stopped at time {clock.time!r}: triggered nodes woke each other "
+                        f"{MICROSTEPS_MAX} times without the time moving "
+                        f"(due again: {', '.join(map(repr, names))}); give one of them delay= "
+                        "or min_interval=, so that the time moves between their updates"
+                    )
+                )
+                self.deliver()
+                return
+        else:
+            self.microstep = 0
+        clock.set(due)
+        self.policy.start_instant()
+        self.deliver()
 
     def report(self, slot: Slot, hook: str, at: float, exc: BaseException) -> None:
         """With the lock held: ``slot``'s ``hook``, started at ``at``, raised ``exc``."""
@@ -304,9 +332,28 @@ class Engine:
     def _commit(self) -> None:
         """Publish the messages the instant sent (virtual timer; no hook runs)."""
         staged = self.staged  # the nodes append to this list: keep it, empty
+        if not staged:
+            return
+        woken: list[_Port] = []
         for port, message, version, leaves, stamp in staged:
             port._publish(message, version, leaves, stamp)
+            if port._wakes:
+                woken.append(port)
         staged.clear()
+        now = self.clock.now()
+        for port in woken:  # after every publish: an on_all trigger sees the tag's messages
+            for slot in port._wakes:
+                arrive(self.policy, slot, now)
+
+    def arrived(self, port: _Port) -> None:
+        """A message was made visible on ``port``, which wakes triggered nodes: a send under
+        the real-time timer, as it returns, or a host write (trigger.real-time, trigger.host)."""
+        with self.lock:
+            policy, now = self.policy, self.clock.now()
+            for slot in port._wakes:
+                arrive(policy, slot, now)
+            if policy.wake:
+                self.deliver()
 
     # -- the host's side -------------------------------------------------------------------
 
@@ -395,10 +442,12 @@ class Engine:
                         clock.set(until)
                         return False
                     if due == math.inf:
-                        raise MujouInternalError("internal error in Mujou: no node is scheduled")
-                    clock.set(due)
-                    policy.start_instant()
-                    self.deliver()
+                        raise RuntimeError(
+                            "nothing can happen in this run: every node is triggered only and no "
+                            "message is on the way, so the virtual time would never move; write "
+                            "an input (run.write) first, or give the wait a timeout"
+                        )
+                    self._start_instant(due)
             finally:
                 self.advance_until = None
         return done() if done is not None else False
@@ -411,6 +460,8 @@ class Engine:
         writes only between instants, when no hook runs.
         """
         port._write(message[0], message[1], self.clock.now())
+        if port._wakes:
+            self.arrived(port)
 
     def stop(self) -> None:
         """Stop the run and wait until every started node's on_stop ran and threads ended."""

@@ -45,6 +45,7 @@ class Policy(Workers):
         "gil",
         "holder",
         "host_pause",
+        "instant",
         "jobs",
         "keeps",
         "lead",
@@ -135,6 +136,7 @@ class Policy(Workers):
 
     def start_instant(self) -> None:
         """Virtual timer: the time moved to the next instant; its nodes are due."""
+        self.instant = True
         self.wake = True
         self.wake_workers = 2
         self.wake_nodes = list(self.dedicated)
@@ -192,8 +194,12 @@ class Policy(Workers):
         return due
 
     def quiescent(self, now: float) -> bool:
-        """Virtual timer: every update due at ``now`` has run, and no job is on the way."""
-        return self.busy == 0 and not self.pending and self.next_due() > now
+        """Virtual timer: every update due at ``now`` has run, and no job is on the way.
+
+        Between instants (before the first, and after ``end_instant``) an update due at
+        ``now`` (a trigger's, trigger.tags) waits for the next instant at that time.
+        """
+        return self.busy == 0 and not self.pending and (not self.instant or self.next_due() > now)
 
     def fail(self, slot: Slot, error: BaseException) -> None:
         """``slot``'s hook failed with ``error`` (a HookError): the run stops.
@@ -212,6 +218,7 @@ class Policy(Workers):
 
     def end_instant(self) -> bool:
         """Virtual timer, at the end of an instant: stop for a failure of it; whether it did."""
+        self.instant = False
         if self.deferred is None:
             return False
         _, error = self.deferred
@@ -220,6 +227,12 @@ class Policy(Workers):
             self.error = error
         self.begin_stop()
         return True
+
+    def abort(self, error: BaseException) -> None:
+        """Stop the run with ``error`` (the engine's, not a hook's: trigger.microstep-cap)."""
+        if self.error is None:
+            self.error = error
+        self.begin_stop()
 
     def begin_stop(self) -> None:
         """No update starts from now; every started node gets its stop job after its hook."""
@@ -340,7 +353,7 @@ class Policy(Workers):
             return PARK, None
         if self.running and not self.paused and slot.started:
             due = slot.due
-            if due <= now:
+            if due <= now and self.instant:
                 self.holder[slot.index] = self.dedicated_holder(slot)
                 self.busy += 1
                 return RUN, now

@@ -45,13 +45,13 @@ def check_schedule(slots: Sequence[Slot], meta: Mapping[str, Any]) -> list[str]:
             continue
         period, number, last = saved.get("period"), saved.get("slot"), saved.get("last")
         where = f"node {slot.name!r}'s saved"
-        if (
+        if period is not None and (
             isinstance(period, bool)
             or not isinstance(period, int | float)
             or not (math.isfinite(period) and period > 0)
         ):
-            problems.append(f"{where} period must be a finite number of seconds > 0, got {period!r}.")
-        elif time_ / min(float(period), slot.period) >= MAX_SLOTS:
+            problems.append(f"{where} period must be None or a finite number of seconds > 0, got {period!r}.")
+        elif time_ / min(math.inf if period is None else float(period), slot.period) >= MAX_SLOTS:
             problems.append(
                 f"the tree's time {time_!r} is too far on for node {slot.name!r}'s period: "
                 f"at most {MAX_SLOTS} periods are allowed."
@@ -62,6 +62,11 @@ def check_schedule(slots: Sequence[Slot], meta: Mapping[str, Any]) -> list[str]:
             problems.append(
                 f"{where} last update time must be a number in [0, the tree's time {time_!r}], got {last!r}."
             )
+        trigger = saved.get("trigger")
+        if trigger is not None and (
+            isinstance(trigger, bool) or not isinstance(trigger, int | float) or not 0.0 <= trigger < math.inf
+        ):
+            problems.append(f"{where} pending trigger must be None or a due time >= 0, got {trigger!r}.")
     return problems
 
 
@@ -76,13 +81,20 @@ def restore_schedule(slots: Sequence[Slot], clock: RealClock | VirtualClock, met
     saved_nodes: Mapping[str, Any] = meta["nodes"]
     for slot in slots:
         saved = saved_nodes[slot.name]
-        if float(saved["period"]) == slot.period:
+        period = saved["period"]
+        if slot.period == math.inf:
+            slot.slot = int(saved["slot"])  # triggered only: the number counts nothing
+        elif period is not None and float(period) == slot.period:
             slot.slot = int(saved["slot"])
         else:
             slot.slot = first_slot_at_or_after(time_, slot.period)
         if clock.virtual and slot.slot * slot.period < time_:
             slot.slot = first_slot_at_or_after(time_, slot.period)
         slot.last = float(saved["last"])
+        trigger = saved.get("trigger")  # trigger.state; a node not triggered now drops it
+        slot.pending = math.inf
+        if trigger is not None and slot.core.trigger is not None:
+            slot.pending = max(float(trigger), time_) if clock.virtual else float(trigger)
     ports = state_ports(slots)
     for name, saved in meta["ports"].items():  # rebuilt by check_tree: (message, stamp)
         port = ports.get(name)

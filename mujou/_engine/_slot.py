@@ -43,6 +43,7 @@ class Slot:
         "core",
         "cuda",
         "dedicated",
+        "delay",
         "dt_max",
         "dt_min",
         "dt_sum",
@@ -54,6 +55,7 @@ class Slot:
         "last",
         "lateness",
         "lateness_max",
+        "min_interval",
         "name",
         "node",
         "now",
@@ -64,6 +66,9 @@ class Slot:
         "started",
         "stop_queued",
         "stopped",
+        "timeout",
+        "trigger_all",
+        "trigger_inputs",
         "updates",
         "warned",
     )
@@ -99,6 +104,18 @@ class Slot:
         self.warned: set[str] = set()
         # The node's inputs: each update marks which message was latest at its start (ports.fresh).
         self.inputs = tuple(port for port in core.ports.values() if isinstance(port, Input))
+        trigger = core.trigger  # what wakes it on its inputs (_arrivals)
+        self.trigger_inputs: tuple[Input[Any], ...] = ()
+        self.trigger_all = False
+        self.timeout = math.inf
+        if trigger is not None:
+            self.trigger_inputs = tuple(
+                port for name in trigger.inputs if isinstance(port := core.ports[name], Input)
+            )  # every name is an input: Node checked it
+            self.trigger_all = trigger.all
+            self.timeout = math.inf if trigger.timeout is None else trigger.timeout
+        self.min_interval = core.min_interval
+        self.delay = core.delay
 
 
 def begin_update(slot: Slot, start: float, traced: bool) -> float:
@@ -141,6 +158,10 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     for port in slot.inputs:  # Input.fresh: the number of the latest message at this start
         source = port._source
         latest = (port if source is None else source)._latest
-        port._seen_before = port._seen
-        port._seen = 0 if latest is None else latest[4]
+        seen = port._seen_before = port._seen
+        number = port._seen = 0 if latest is None else latest[4]
+        if number - seen > 1:  # arrivals no update saw fresh (trigger.coalesce)
+            replaced = number - max(seen, port._base) - 1
+            if replaced > 0:
+                port._coalesced += replaced
     return dt

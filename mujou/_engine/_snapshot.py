@@ -32,6 +32,7 @@ def run_stats(engine: Engine) -> RunStats:
             lateness_p50=percentile(recent, 0.50),
             lateness_p99=percentile(recent, 0.99),
             lateness_max=slot.lateness_max,
+            coalesced={port._attr: port._coalesced for port in slot.inputs},
         )
     elapsed = (engine.end_real if engine.ended else time.perf_counter()) - engine.real_start
     busy = tuple(

@@ -1,0 +1,63 @@
+"""Arrivals: a message made visible on an input that a trigger names wakes the input's node.
+
+At the start of a run ``wire`` tells each port which triggered nodes its messages wake
+(``_Port._wakes``). An arrival is then a publish on such a port: the engine calls ``arrive``
+for each woken node, with the lock held, under the real-time timer as the send returns and
+under the virtual timer when the tag's messages are committed. ``arrive`` reads the message
+numbers the node's last update started with (``Input._seen``) and asks the policy for an
+update by the due time the Triggers page gives (trigger.due). See the "Triggers" page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .._ports import Input
+
+if TYPE_CHECKING:
+    from ._policy import Policy
+    from ._slot import Slot
+
+
+def wire(slots: Sequence[Slot]) -> None:
+    """Set every port's ``_wakes`` for a run of ``slots``."""
+    for slot in slots:
+        for port in slot.core.ports.values():
+            port._wakes = ()
+    for slot in slots:
+        for port in slot.trigger_inputs:
+            source = port if port._source is None else port._source
+            if slot not in source._wakes:
+                source._wakes = (*source._wakes, slot)
+
+
+def _fresh(port: Input[object]) -> bool:
+    """Whether ``port`` has had an arrival since its node's last update started."""
+    latest = (port if port._source is None else port._source)._latest
+    return latest is not None and latest[4] != port._seen
+
+
+def arrive(policy: Policy, slot: Slot, now: float) -> None:
+    """An arrival at timer time ``now`` on an input of ``slot`` that its trigger names.
+
+    With the engine's lock held. When the trigger's condition holds (trigger.any,
+    trigger.all, trigger.all-timeout), ``slot`` is due by ``max(s + delay, last +
+    min_interval)`` (trigger.due); an earlier due time stands (``Policy.trigger``).
+    """
+    if slot.trigger_all:
+        fresh = [_fresh(port) for port in slot.trigger_inputs]
+        if all(fresh):
+            at = now
+        elif any(fresh):
+            at = now + slot.timeout  # inf without a timeout: the policy keeps the due time
+        else:
+            return
+    elif any(_fresh(port) for port in slot.trigger_inputs):
+        at = now
+    else:
+        return  # the node's update began meanwhile and saw the message
+    due = at + slot.delay
+    if slot.min_interval and (slot.updates or slot.last) and slot.last + slot.min_interval > due:
+        due = slot.last + slot.min_interval
+    policy.trigger(slot, due)
