@@ -1,8 +1,9 @@
-"""A multi-rate robot loop: a 30 Hz camera, a 100 Hz policy and a 500 Hz controller.
+"""A multi-rate robot loop: a 30 Hz camera, a policy woken by each frame, a 500 Hz controller.
 
 The camera (on a thread of its own, as it blocks while it exposes a frame) films a target
-that moves on a circle. The policy finds the target in the latest frame and commands the
-arm's velocity towards it; the controller moves the arm at 500 Hz and reports its position
+that moves on a circle. The policy, triggered by each new frame (no period: it runs when a
+frame arrives, not on a clock), finds the target in it and commands the arm's velocity
+towards it; the controller moves the arm at 500 Hz and reports its position
 back to the policy. The host follows the commands while the loop runs in real time.
 
 Run it with ``python examples/robot_loop.py``; add ``--trace robot.json`` to write a trace
@@ -63,7 +64,7 @@ class Policy(Node):
     command = Output()
 
     def __init__(self) -> None:
-        super().__init__(period=0.01, seed=1)
+        super().__init__(trigger=mujou.on("frame"), seed=1)  # each frame, at once
         self.locate = Locate(self.generator)
 
     def on_update(self, dt: float) -> None:

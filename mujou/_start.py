@@ -181,9 +181,9 @@ def _check_cycles(nodes: list[Node]) -> None:
     if cycle is not None:
         path = " -> ".join(map(repr, cycle))
         raise ValueError(
-            f"triggered nodes {path} form a cycle: each wakes the next at the same time, "
-            "forever; give one of them delay= or min_interval= (or let one of them update "
-            "at its period only), so that the time moves around the cycle"
+            f"triggered nodes {path} form a cycle with no delay: each wakes the next at the "
+            "same time, forever; give one of them delay= or min_interval= (or let one of "
+            "them update at its period only), so that the time moves around the cycle"
         )
 
 

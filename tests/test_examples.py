@@ -112,7 +112,24 @@ def test_many_nodes() -> None:
     assert int(rows[-1].split()[2].replace(",", "")) > 0  # updates per second
 
 
+def test_ask_and_answer() -> None:
+    out = run_example("ask_and_answer.py")
+    assert "Virtual timer, 1 worker(s): 20 round trips at t=0.000 s" in out
+    assert "Virtual timer, 2 worker(s): 20 round trips at t=0.000 s" in out
+    assert "The answers on 1 and 2 workers are the same, bit for bit: True" in out
+    # Each question makes one update of the model: 5 to warm up and 20 timed.
+    assert re.search(r"Real-time timer: 20 round trips .* the model ran 25 times", out), out
+
+
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.py")), ids=lambda path: path.name)
 def test_every_example_is_tested(path: Path) -> None:
-    tested = {"demo", "robot_loop", "online_learner", "sensor_fusion", "checkpoint_resume", "many_nodes"}
+    tested = {
+        "ask_and_answer",
+        "demo",
+        "robot_loop",
+        "online_learner",
+        "sensor_fusion",
+        "checkpoint_resume",
+        "many_nodes",
+    }
     assert path.stem in tested, f"add a test for examples/{path.name}"

@@ -32,7 +32,7 @@ STEPS = 3000  # steps of one random run before the stop
 def make_slots(rng: random.Random, count: int, dedicated: float) -> list[Slot]:
     slots = []
     for index in range(count):
-        period = rng.choice([0.01, 0.02, 0.03, 0.05])
+        period = rng.choice([0.01, 0.02, 0.03, 0.05, math.inf])  # inf: triggered only
         core = SimpleNamespace(
             period=period,
             dedicated=rng.random() < dedicated,
@@ -142,7 +142,7 @@ class World:
             due = policy._earliest()[0]
         else:
             return
-        if due == math.inf or (self.virtual and due > self.now):
+        if due == math.inf or (self.virtual and (due > self.now or not policy.instant)):
             return
         latest = max(due, self.now) + 8 * HOLD_BACK + 1e-9  # the longest a watcher looks later
         waking = [t for t in workers if t.state == "sleeping" and t.deadline <= latest]
@@ -354,6 +354,11 @@ class World:
                 kept = policy.run_kept(thread.worker, self.now)
                 if kept is not None:
                     thread.state, thread.batch, thread.start = "batch", kept, self.now
+            return True
+        if policy.running and not policy.stopping and not policy.paused:
+            # Nothing is due (every node triggered only): the host writes an input, which
+            # wakes its node at once (the engine's arrived, under the lock, between instants).
+            policy.trigger(self.rng.choice(self.slots), self.now)
             return True
         return False
 

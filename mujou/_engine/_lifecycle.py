@@ -418,6 +418,7 @@ class Engine:
         assert isinstance(clock, VirtualClock)
         with self.lock:
             self.advance_until = until if done is None and until is not None else None
+            self.microstep = 0  # the cap counts within one host call (trigger.microstep-cap)
             try:
                 while True:
                     self.host_wait(lambda: policy.stopping or policy.quiescent(clock.time))
