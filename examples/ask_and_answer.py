@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import torch
 from torch import nn
@@ -47,7 +48,7 @@ class Checker(Node):
     """Woken by each answer: sends it with its norm and the number of answers so far."""
 
     answer = Input()
-    checked = Output()
+    checked: Output[dict[str, Any]] = Output()  # a nest: the answer, its norm, the count
 
     def __init__(self) -> None:
         super().__init__(trigger=mujou.on("answer"))
@@ -56,6 +57,7 @@ class Checker(Node):
     def on_update(self, dt: float) -> None:
         self.count += 1
         answer = self.answer.read()
+        assert answer is not None  # it woke for one
         self.checked.send({"answer": answer, "norm": answer.norm(), "count": self.count})
 
 
@@ -67,12 +69,17 @@ class Service(Net):
         self.connect(self.model.answer, self.checker.answer)
 
 
+def is_reply(number: int) -> Any:
+    """The predicate of ``run.wait_for`` that waits for the reply to question ``number``."""
+    return lambda message: message["count"] == number
+
+
 def ask_all(run: mujou.Run, net: Service, questions: torch.Tensor) -> list[float]:
     """Ask each question in turn, wait for its checked answer; return the answers' norms."""
     norms = []
     for number, question in enumerate(questions, 1):
         run.write(net.model.question, question)
-        reply = run.wait_for(net.checker.checked, lambda m, n=number: m["count"] == n, timeout=5.0)
+        reply = run.wait_for(net.checker.checked, is_reply(number), timeout=5.0)
         norms.append(float(reply["norm"]))
     return norms
 
@@ -101,7 +108,7 @@ def main() -> None:
         for number, question in enumerate(questions, 6):
             began = time.perf_counter()
             run.write(net.model.question, question)
-            run.wait_for(net.checker.checked, lambda m, n=number: m["count"] == n, timeout=5.0)
+            run.wait_for(net.checker.checked, is_reply(number), timeout=5.0)
             trips.append(time.perf_counter() - began)
         updates = run.stats().nodes["model"].updates
     print(

@@ -222,7 +222,8 @@ class Node:
 
     @property
     def period(self) -> float | None:
-        """Seconds of the run's timer between two updates on average; None: triggered only."""
+        """Seconds of the run's timer between two updates on average, or None when only a
+        trigger updates the node."""
         period = _core(self).period
         return None if period == math.inf else period
 

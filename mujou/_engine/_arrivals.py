@@ -58,6 +58,6 @@ def arrive(policy: Policy, slot: Slot, now: float) -> None:
     else:
         return  # the node's update began meanwhile and saw the message
     due = at + slot.delay
-    if slot.min_interval and (slot.updates or slot.last) and slot.last + slot.min_interval > due:
+    if slot.last + slot.min_interval > due:  # last: the run's start before a first update
         due = slot.last + slot.min_interval
     policy.trigger(slot, due)

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 # the virtual timer the run races on meanwhile, so the host looks more often.
 HOST_POLL_REAL = 0.5
 HOST_POLL_VIRTUAL = 0.1
-# Instants at one time of the virtual timer at most, the first included: the backstop for
+# Microsteps at one time of the virtual timer, in one host call, at most: the backstop for
 # triggers that keep waking each other (trigger.microstep-cap); start refuses a cycle of them.
 MICROSTEPS_MAX = 10_000
 _claims = threading.Lock()  # taken to claim a net's nodes for a run
@@ -278,12 +278,12 @@ class Engine:
         assert isinstance(clock, VirtualClock)
         if due <= clock.time:  # a microstep: triggered updates at the same time (trigger.tags)
             self.microstep += 1
-            if self.microstep >= MICROSTEPS_MAX:
+            if self.microstep > MICROSTEPS_MAX:
                 names = [slot.name for slot in self.slots if min(slot.due, slot.pending) <= clock.time]
                 self.policy.abort(
                     RuntimeError(
                         f"the run stopped at time {clock.time!r}: triggered nodes woke each other "
-                        f"{MICROSTEPS_MAX} times without the time moving "
+                        f"more than {MICROSTEPS_MAX} times without the time moving "
                         f"(due again: {', '.join(map(repr, names))}); give one of them delay= "
                         "or min_interval=, so that the time moves between their updates"
                     )
