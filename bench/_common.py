@@ -24,6 +24,10 @@ GRACE = 2 * PERIOD  # a fleet run stops this long after its last counted due tim
 ECHO_PERIOD = 0.001  # the echo node's period (1 kHz)
 DISPATCH_PERIOD = 1e-6  # "no wait": every node is always due
 VIRTUAL_PERIOD = 0.001  # the dispatch nodes' period under Mujou's virtual timer
+TRIGGER_PERIOD = 0.001  # trigger-latency: the sender sends every millisecond
+CHAIN_LENGTH = 10  # chain-10: the triggered nodes after the periodic source
+CHAIN_PERIOD = 0.002  # chain-10: the source sends every 2 ms
+WARM_UP = 0.2  # the events of the first 0.2 s of the trigger workloads are not counted
 
 Metrics = dict[str, Any]
 Update = Callable[[float], None]  # a baseline's update, called with its due time (from the origin)
@@ -249,11 +253,85 @@ class EchoHost:
             time.sleep(phases.random() * ECHO_PERIOD)  # a random phase of the echo's period
             sent = time.perf_counter()
             self.box = torch.full((1,), value)
-            with self._arrived:
-                if not self._arrived.wait_for(partial(self._has, value), timeout=1.0):
-                    raise TimeoutError("the echo did not come back within 1 s")
+            self.wait(value)
             latencies.append(time.perf_counter() - sent)
         return latency_metrics(latencies)
+
+    def wait(self, value: float) -> None:
+        """Until the echo has handed ``value`` back (1 s at most)."""
+        with self._arrived:
+            if not self._arrived.wait_for(partial(self._has, value), timeout=1.0):
+                raise TimeoutError("the echo did not come back within 1 s")
+
+
+def round_trips(write: Callable[[float], None], wait: Callable[[float], None], seconds: float) -> Metrics:
+    """The triggered echo workload's host loop, for every system whose host is a plain thread.
+
+    ``write(v)`` hands the echo a new message holding ``v`` (which wakes it), ``wait(v)``
+    returns once the echo has sent ``v`` back. Between round trips the host waits a random
+    fraction of ECHO_PERIOD (the seeded phases of the periodic echo), so that each write finds
+    the echo idle. The round trips of the first WARM_UP seconds are not counted.
+    """
+    latencies: list[float] = []
+    phases = echo_phases()
+    perf_counter = time.perf_counter
+    began = perf_counter()
+    k = 0
+    while (elapsed := perf_counter() - began) < WARM_UP + seconds:
+        k += 1
+        value = float(k)
+        time.sleep(phases.random() * ECHO_PERIOD)
+        sent = perf_counter()
+        write(value)
+        wait(value)
+        if elapsed >= WARM_UP:
+            latencies.append(perf_counter() - sent)
+    return latency_metrics(latencies)
+
+
+@dataclass
+class Events:
+    """Sends and triggered starts (perf_counter seconds): the trigger-latency and chain workloads.
+
+    The k-th send puts ``k`` in its message and appends its time to ``sent`` just before the
+    send; the triggered node appends its start first thing in its update, and then the ``k``
+    of the message it read to ``keys``.
+    """
+
+    sent: array[float] = field(default_factory=lambda: array("d"))
+    starts: array[float] = field(default_factory=lambda: array("d"))
+    keys: array[int] = field(default_factory=lambda: array("q"))
+
+    def metrics(self) -> Metrics:
+        """The send-to-start latencies of the sends after WARM_UP, in µs.
+
+        ``missed`` counts those sends (but the last 50 ms of them) that no start saw: a
+        trigger lost or coalesced. A send seen by several starts counts its first.
+        """
+        sent, count = self.sent, min(len(self.starts), len(self.keys))
+        if not sent:
+            return {"events": 0, "missed": 0, **_micro([])}
+        first, last = sent[0] + WARM_UP, sent[-1] - 0.05
+        seen: set[int] = set()
+        latencies: list[float] = []
+        for start, key in zip(self.starts[:count], self.keys[:count], strict=True):
+            if key in seen or not 0 <= key < len(sent):
+                continue
+            seen.add(key)
+            if sent[key] >= first:
+                latencies.append(start - sent[key])
+        expected = [k for k, t in enumerate(sent) if first <= t <= last]
+        missed = sum(1 for k in expected if k not in seen)
+        return {"events": len(latencies), "missed": missed, **_micro(latencies)}
+
+
+def _micro(latencies: list[float]) -> Metrics:
+    ordered = sorted(latencies)
+    return {
+        "latency_p50_us": 1e6 * percentile(ordered, 0.50),
+        "latency_p99_us": 1e6 * percentile(ordered, 0.99),
+        "latency_max_us": 1e6 * (ordered[-1] if ordered else math.nan),
+    }
 
 
 class Runner(Protocol):

@@ -13,11 +13,16 @@ import mujou
 from mujou import Input, Net, Node, Output
 
 from ._common import (
+    CHAIN_LENGTH,
+    CHAIN_PERIOD,
     DISPATCH_PERIOD,
     ECHO_PERIOD,
     GRACE,
     PERIOD,
+    TRIGGER_PERIOD,
     VIRTUAL_PERIOD,
+    WARM_UP,
+    Events,
     Metrics,
     Record,
     Window,
@@ -26,6 +31,7 @@ from ._common import (
     idle_metrics,
     latency_metrics,
     next_slot,
+    round_trips,
     weights,
     zeros,
 )
@@ -214,6 +220,163 @@ def idle(seconds: float) -> Metrics:
         window.stop()
         done = _updates(run) - done
     return idle_metrics(window.cpu, window.wall, done)
+
+
+# -- the trigger workloads -------------------------------------------------------------------
+
+
+class Sender(Node):
+    """Sends k (a new one-element tensor) at each update; records the time just before the send."""
+
+    y = Output()
+
+    def __init__(self, period: float, events: Events) -> None:
+        super().__init__(period=period, seed=0)
+        self.events = events
+
+    def on_update(self, dt: float) -> None:
+        sent = self.events.sent
+        message = torch.full((1,), float(len(sent)))
+        sent.append(time.perf_counter())
+        self.y.send(message, copy=False)
+
+
+class Ticker(Node):
+    """The periodic source of the microsteps workload: sends one tensor (not changed) each update."""
+
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=VIRTUAL_PERIOD, seed=0)
+        self.message = torch.zeros(1)
+
+    def on_update(self, dt: float) -> None:
+        self.y.send(self.message, copy=False)
+
+
+class Link(Node):
+    """Triggered by its input (no period): hands each message on, unchanged."""
+
+    x = Input()
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+
+    def on_update(self, dt: float) -> None:
+        message = self.x.read()
+        if message is not None:
+            self.y.send(message, copy=False)
+
+
+class Reader(Node):
+    """Triggered by its input (no period): records its start first, then the k it read."""
+
+    x = Input()
+
+    def __init__(self, events: Events) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+        self.events = events
+        self.messages: list[torch.Tensor | None] = []
+
+    def on_update(self, dt: float) -> None:
+        self.events.starts.append(time.perf_counter())
+        self.messages.append(self.x.read())
+
+    def keys(self) -> None:
+        """Decode the k of each message read into the events (after the run)."""
+        starts = self.events.starts
+        kept = array("d")
+        for start, message in zip(starts, self.messages, strict=True):
+            if message is not None:
+                kept.append(start)
+                self.events.keys.append(int(message.item()))
+        self.events.starts = kept
+
+
+class Chain(Net):
+    """A periodic source, then ``length`` triggered nodes in a row, the last one ``last``."""
+
+    def __init__(self, source: Sender | Ticker, length: int, last: Link | Reader) -> None:
+        super().__init__()
+        self.source = source
+        links = [Link() for _ in range(length - 1)]
+        for i, node in enumerate([*links, last]):
+            setattr(self, f"t{i + 1}", node)
+        previous = source.y
+        for link in links:
+            self.connect(previous, link.x)
+            previous = link.y
+        self.connect(previous, last.x)
+
+
+def _chain(length: int, period: float, seconds: float, workers: int) -> Metrics:
+    events = Events()
+    reader = Reader(events)
+    net = Chain(Sender(period, events), length, reader)
+    with mujou.run(net, workers=workers) as run:
+        run.sleep(WARM_UP + seconds)
+    reader.keys()
+    return events.metrics()
+
+
+def trigger_latency(seconds: float, workers: int) -> Metrics:
+    """A periodic node sends; a node triggered by it (no period) starts: send to start."""
+    return _chain(1, TRIGGER_PERIOD, seconds, workers)
+
+
+def chain(seconds: float, workers: int) -> Metrics:
+    """A periodic source and CHAIN_LENGTH triggered nodes: the source's send to the last one's start."""
+    return _chain(CHAIN_LENGTH, CHAIN_PERIOD, seconds, workers)
+
+
+class TriggeredEchoNet(Net):
+    """The echo node of ``echo``, triggered by its input instead of a period (a ``Link``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.echo = Link()
+
+
+def echo_triggered(seconds: float) -> Metrics:
+    """``run.write`` wakes the echo node, ``run.wait_for`` waits for what it sends back."""
+    net = TriggeredEchoNet()
+    with mujou.run(net, workers=1, inputs={net.echo.x: torch.zeros(1)}) as run:
+
+        def write(value: float) -> None:
+            run.write(net.echo.x, torch.full((1,), value))
+
+        def wait(value: float) -> None:
+            run.wait_for(net.echo.y, partial(_equals, value), timeout=1.0)
+
+        return round_trips(write, wait, seconds)
+
+
+def microsteps(seconds: float) -> Metrics:
+    """Virtual timer: each tick of the source wakes CHAIN_LENGTH triggered nodes, one microstep each."""
+    net = Chain(Ticker(), CHAIN_LENGTH, Link())
+    triggered = [name for name, _ in net.named_nodes() if name != "source"]
+    with mujou.run(net, workers=1, timer=mujou.VirtualTimer()) as run:
+        run.sleep(0.02)  # warm up
+
+        def count() -> tuple[int, int]:
+            nodes = run.stats().nodes
+            return sum(nodes[name].updates for name in triggered), nodes["source"].updates
+
+        steps, ticks = count()
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            run.sleep(0.01)
+        wall = time.perf_counter() - began
+        after = count()
+    steps, ticks = after[0] - steps, after[1] - ticks
+    return {
+        "microsteps_per_second": steps / wall,
+        "updates_per_second": (steps + ticks) / wall,
+        "microsteps": steps,
+        "ticks": ticks,
+        "wall_seconds": wall,
+    }
 
 
 def describe() -> dict[str, Any]:

@@ -1,13 +1,19 @@
 """Mujou's benchmark runner: every workload, Mujou and its peers, side by side, in one run.
 
-    python bench/run.py [--quick] [--out DIR] [--repeats K]
+    python bench/run.py [--quick] [--out DIR] [--repeats K] [--only W,...] [--systems S,...]
+
+The workloads (``--only``): fleet-10, fleet-100, fleet-1000, fleet-10000, dispatch,
+dispatch-virtual, echo, idle; and those of event-triggered nodes: trigger-latency (send to
+start of a triggered node), echo-triggered (the host round trip through a triggered echo),
+chain-10 (10 triggered nodes in a row, end to end), microsteps (triggered updates per second
+under the virtual timer).
 
 Each measurement runs in a fresh process (``python -m bench._one``); the repeats are
 interleaved (all systems once, then all again), so that a slow minute of the machine does
 not fall on one system only. Writes ``DIR/results.jsonl`` (the machine, then one object per
 system × workload × repeat, then the medians and the targets) and ``DIR/results.md`` (the
-tables), and prints the tables. The default run takes about 12 minutes on 2 cores, ``--quick``
-under 3.
+tables), and prints the tables. The default run takes about 15 minutes on 2 cores, ``--quick``
+under 4.
 """
 
 from __future__ import annotations
@@ -64,15 +70,32 @@ class Durations:
     dispatch: float
     echo: float
     idle: float
+    trigger: float  # each of the trigger workloads, after a 0.2 s warm-up
     repeats: int
     limit: float  # a process still running after this many seconds did not finish
 
 
 FULL = Durations(
-    FLEET_SIZES, fleet=5.0, fleet_largest=3.0, dispatch=2.0, echo=2.0, idle=5.0, repeats=3, limit=60.0
+    FLEET_SIZES,
+    fleet=5.0,
+    fleet_largest=3.0,
+    dispatch=2.0,
+    echo=2.0,
+    idle=5.0,
+    trigger=2.0,
+    repeats=3,
+    limit=60.0,
 )
 QUICK = Durations(
-    (10, 100, 1000), fleet=2.0, fleet_largest=1.0, dispatch=1.0, echo=1.0, idle=2.0, repeats=1, limit=30.0
+    (10, 100, 1000),
+    fleet=2.0,
+    fleet_largest=1.0,
+    dispatch=1.0,
+    echo=1.0,
+    idle=2.0,
+    trigger=1.0,
+    repeats=1,
+    limit=30.0,
 )
 SLOW = 20.0  # a run that took longer than this (set-up) is not repeated: its one run is its median
 
@@ -83,13 +106,21 @@ SLOW = 20.0  # a run that took longer than this (set-up) is not repeated: its on
 PEER_MAX_N = {HOLOSCAN: 1000, EZMSG: 1000}
 NOT_RUN_LARGE = "not run (set-up takes minutes)"
 
+# The workloads of event-triggered nodes (issue 13): workload -> (function, the systems that run it).
+TRIGGER_WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "trigger-latency": ("trigger_latency", (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL)),
+    "echo-triggered": ("echo_triggered", (MUJOU_1, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG)),
+    "chain-10": ("chain", (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL)),
+    "microsteps": ("microsteps", (MUJOU_1,)),
+}
+
 
 @dataclass(frozen=True)
 class Case:
     """One system × workload: what ``bench._one`` runs in a fresh process."""
 
     system: str  # a label of SYSTEMS
-    workload: str  # fleet-N, dispatch, dispatch-virtual, echo, idle
+    workload: str  # fleet-N, dispatch, dispatch-virtual, echo, idle, or one of TRIGGER_WORKLOADS
     function: str  # the module's function
     params: dict[str, Any]
     timeout: float
@@ -121,6 +152,14 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
         for system in systems:
             if system != MUJOU_2:
                 found.append(Case(system, workload, workload, {"seconds": seconds}, limit))
+    for workload, (function, runs) in TRIGGER_WORKLOADS.items():
+        for system in systems:
+            if system not in runs:
+                continue
+            given: dict[str, Any] = {"seconds": durations.trigger}
+            if system in (MUJOU_1, MUJOU_2) and workload in ("trigger-latency", "chain-10"):
+                given["workers"] = 1 if system == MUJOU_1 else 2
+            found.append(Case(system, workload, function, given, limit))
     return found
 
 
@@ -420,6 +459,7 @@ def targets(results: Results, systems: list[str]) -> list[Target]:
             (m["cpu_percent"] <= 0.5) if m else None,
         )
     )
+    found += trigger_targets(results, systems)
     slower: list[str] = []
     compared = 0
     for n in FLEET_SIZES:
@@ -443,6 +483,58 @@ def targets(results: Results, systems: list[str]) -> list[Target]:
     return found
 
 
+def _median(results: Results, system: str, workload: str) -> dict[str, float]:
+    outcome = results.get((system, workload))
+    return outcome.median() if outcome else {}
+
+
+def _peer_cells(results: Results, systems: list[str], workload: str) -> str:
+    """Each peer's figures of ``workload`` in this run, for the targets' table."""
+    cells = [
+        f"{system}: {_format(workload, m)}"
+        for system in systems
+        if system not in (MUJOU_1, MUJOU_2) and (m := _median(results, system, workload))
+    ]
+    return "; ".join(cells) or "—"
+
+
+def trigger_targets(results: Results, systems: list[str]) -> list[Target]:
+    """The targets of issue 13 (event-triggered nodes), each met or not by this run's medians."""
+    found: list[Target] = []
+    peers = _peer_cells(results, systems, "trigger-latency")
+    for system in (MUJOU_1, MUJOU_2):
+        m = _median(results, system, "trigger-latency")
+        found.append(
+            Target(
+                f"Trigger to start, real-time timer ({system.split(', ')[1]}): p50 ≤ 15 µs, p99 ≤ 100 µs",
+                _format("trigger-latency", m) if m else "—",
+                peers,
+                (m["latency_p50_us"] <= 15.0 and m["latency_p99_us"] <= 100.0) if m else None,
+            )
+        )
+    m = _median(results, MUJOU_1, "echo-triggered")
+    found.append(
+        Target(
+            "Host round trip through a triggered echo (workers=1): p50 ≤ 25 µs",
+            _format("echo-triggered", m) if m else "—",
+            _peer_cells(results, systems, "echo-triggered"),
+            (m["latency_p50_ms"] <= 0.025) if m else None,
+        )
+    )
+    peers = _peer_cells(results, systems, "chain-10")
+    for system in (MUJOU_1, MUJOU_2):
+        m = _median(results, system, "chain-10")
+        found.append(
+            Target(
+                f"10 triggered nodes in a chain, end to end ({system.split(', ')[1]}): p50 ≤ 0.3 ms",
+                _format("chain-10", m) if m else "—",
+                peers,
+                (m["latency_p50_us"] <= 300.0) if m else None,
+            )
+        )
+    return found
+
+
 # -- the tables ------------------------------------------------------------------------------
 
 
@@ -460,8 +552,27 @@ def _rate(value: float | None) -> str:
     return "—" if value is None else f"{round(value, -3):,.0f}" if value >= 10_000 else f"{value:,.0f}"
 
 
+def _us(value: float) -> str:
+    """A latency given in µs: in µs below a millisecond, else in ms."""
+    if math.isnan(value):
+        return "—"
+    if value >= 1000:
+        return _ms(value / 1000)
+    return f"{value:.0f} µs" if value >= 100 else f"{value:.1f} µs"
+
+
 def _format(workload: str, m: dict[str, Any]) -> str:
     """One cell's figures: a run's metrics or their medians."""
+    if workload in ("trigger-latency", "chain-10"):
+        missed = f" ({m['missed']:.0f} missed)" if m.get("missed") else ""
+        return f"{_us(m['latency_p50_us'])} / {_us(m['latency_p99_us'])}{missed}"
+    if workload == "echo-triggered":
+        return (
+            f"{m['round_trips_per_second']:,.0f} / s, {_us(1e3 * m['latency_p50_ms'])} / "
+            f"{_us(1e3 * m['latency_p99_ms'])}"
+        )
+    if workload == "microsteps":
+        return _rate(m["microsteps_per_second"])
     if workload.startswith("fleet-"):
         return f"{m['share']:.3f} / {_ms(m['lateness_p99_ms'])}"
     if workload.startswith("dispatch"):
@@ -560,6 +671,30 @@ def markdown(
                 ]
             )
         )
+    lines += [
+        "",
+        "## Event-triggered nodes",
+        "",
+        "Real-time timer unless said otherwise; latencies p50 / p99 over the events after a "
+        f"0.2 s warm-up, each run {durations.trigger:g} s. The sender sends every 1 ms "
+        "(trigger to start) or every 2 ms (the chain); the host waits a random fraction of "
+        "1 ms between round trips.",
+        "",
+    ]
+    header = [
+        "system",
+        "trigger to start: p50 / p99",
+        "host round trips (triggered echo): rate, p50 / p99",
+        "10 triggered nodes, end to end: p50 / p99",
+        "microsteps / s (virtual timer, 1 worker)",
+    ]
+    lines += [_row(header), _row(["---"] * len(header))]
+    for system in systems:
+        if not any(system in runs for _, runs in TRIGGER_WORKLOADS.values()):
+            continue
+        lines.append(
+            _row([system, *(_cell(results, system, workload, unavailable) for workload in TRIGGER_WORKLOADS)])
+        )
     lines += ["", "## Targets", ""]
     lines += [_row(["target", "Mujou", "the peers, same run", "met"]), _row(["---"] * 4)]
     for target in targets(results, systems):
@@ -610,10 +745,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="one short repeat (under 3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="one short repeat (under 4 minutes)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results", help="where to write the results")
     parser.add_argument("--repeats", type=int, help="repeats of each measurement (default 3, --quick 1)")
-    parser.add_argument("--only", help="comma-separated workloads to run (fleet-100,dispatch,echo,...)")
+    parser.add_argument(
+        "--only",
+        help="comma-separated workloads to run: fleet-10, fleet-100, fleet-1000, fleet-10000, dispatch, "
+        "dispatch-virtual, echo, idle, " + ", ".join(TRIGGER_WORKLOADS),
+    )
     parser.add_argument("--systems", help="comma-separated: mujou,asyncio,threads,heap_pool,holoscan,ezmsg")
     args = parser.parse_args(argv)
     durations = QUICK if args.quick else FULL

@@ -1,4 +1,8 @@
-"""asyncio, a task per node: each task sleeps until its node's next due time (fixed rate, skipping)."""
+"""asyncio, a task per node: each task sleeps until its node's next due time (fixed rate, skipping).
+
+In the trigger workloads a triggered node is a task awaiting ``asyncio.Queue.get()``: the
+event-driven way to write it with asyncio.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,20 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import torch
+
 from .._common import (
+    CHAIN_LENGTH,
+    CHAIN_PERIOD,
     DISPATCH_PERIOD,
     ECHO_PERIOD,
     GRACE,
     PERIOD,
+    TRIGGER_PERIOD,
+    WARM_UP,
     Counter,
     EchoHost,
+    Events,
     Metrics,
     Record,
     Update,
@@ -23,6 +34,7 @@ from .._common import (
     idle_metrics,
     next_slot,
     ring_updates,
+    round_trips,
 )
 
 
@@ -137,3 +149,81 @@ def idle(seconds: float) -> Metrics:
         return idle_metrics(window.cpu, window.wall, counter.count - done)
 
     return _run(main)
+
+
+# -- the trigger workloads -------------------------------------------------------------------
+
+
+async def _forward(queue: asyncio.Queue[int | None], to: asyncio.Queue[int | None]) -> None:
+    """A triggered node in the middle of a chain: hands each message on."""
+    while (value := await queue.get()) is not None:
+        to.put_nowait(value)
+    to.put_nowait(None)
+
+
+async def _record(queue: asyncio.Queue[int | None], events: Events) -> None:
+    """The last triggered node: records its start, then the message's k."""
+    perf_counter, starts, keys = time.perf_counter, events.starts, events.keys
+    while (value := await queue.get()) is not None:
+        starts.append(perf_counter())
+        keys.append(value)
+
+
+async def _chain(length: int, period: float, seconds: float) -> Metrics:
+    """A sender task puts k in the first queue every ``period``; ``length`` tasks await theirs."""
+    events = Events()
+    queues: list[asyncio.Queue[int | None]] = [asyncio.Queue() for _ in range(length)]
+    tasks = [asyncio.create_task(_forward(queues[i], queues[i + 1])) for i in range(length - 1)]
+    tasks.append(asyncio.create_task(_record(queues[-1], events)))
+    perf_counter, sleep, sent, first = time.perf_counter, asyncio.sleep, events.sent, queues[0]
+    origin = perf_counter()
+    slot = 1
+    while slot * period <= WARM_UP + seconds:
+        await sleep(origin + slot * period - perf_counter())
+        start = perf_counter() - origin
+        sent.append(perf_counter())
+        first.put_nowait(len(sent) - 1)
+        slot = next_slot(slot, period, start)
+    first.put_nowait(None)
+    await asyncio.gather(*tasks)
+    return events.metrics()
+
+
+def trigger_latency(seconds: float) -> Metrics:
+    return asyncio.run(_chain(1, TRIGGER_PERIOD, seconds))
+
+
+def chain(seconds: float) -> Metrics:
+    return asyncio.run(_chain(CHAIN_LENGTH, CHAIN_PERIOD, seconds))
+
+
+def echo_triggered(seconds: float) -> Metrics:
+    """The echo task awaits a queue on an event loop in a thread of its own; the host is this thread.
+
+    The host hands each message to the loop with ``call_soon_threadsafe`` (the way another
+    thread wakes an asyncio task).
+    """
+    host = EchoHost()
+    started = threading.Event()
+    control: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[torch.Tensor | None]]] = []
+
+    async def serve() -> None:
+        queue: asyncio.Queue[torch.Tensor | None] = asyncio.Queue()
+        control.append((asyncio.get_running_loop(), queue))
+        started.set()
+        while (message := await queue.get()) is not None:
+            host.deliver(message)
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    started.wait()
+    event_loop, queue = control[0]
+
+    def write(value: float) -> None:
+        event_loop.call_soon_threadsafe(queue.put_nowait, torch.full((1,), value))
+
+    try:
+        return round_trips(write, host.wait, seconds)
+    finally:
+        event_loop.call_soon_threadsafe(queue.put_nowait, None)
+        thread.join()

@@ -249,3 +249,28 @@ def echo(seconds: float) -> Metrics:
     if not Shared.result:
         raise RuntimeError("the echo round trips did not complete")
     return Shared.result
+
+
+class TriggeredEchoUnit(ez.Unit):
+    """Event-driven: each message the subscriber receives is published back at once."""
+
+    INPUT = ez.InputStream(torch.Tensor)
+    OUTPUT = ez.OutputStream(torch.Tensor)
+
+    @ez.subscriber(INPUT)
+    @ez.publisher(OUTPUT)
+    async def on_input(self, message: torch.Tensor) -> AsyncGenerator[tuple[Any, torch.Tensor], None]:
+        yield self.OUTPUT, message
+
+
+def echo_triggered(seconds: float) -> Metrics:
+    """The host unit as in ``echo``; the echo unit answers from its subscriber (no period)."""
+    Shared.seconds = seconds
+    echo_unit, host = TriggeredEchoUnit(), HostUnit()
+    _run(
+        {"echo": echo_unit, "host": host},
+        [(host.TO_ECHO, echo_unit.INPUT), (echo_unit.OUTPUT, host.FROM_ECHO)],
+    )
+    if not Shared.result:
+        raise RuntimeError("the echo round trips did not complete")
+    return Shared.result

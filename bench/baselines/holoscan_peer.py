@@ -33,6 +33,7 @@ from .._common import (
     fleet_metrics,
     idle_metrics,
     next_slot,
+    round_trips,
     weights,
     zeros,
 )
@@ -210,6 +211,60 @@ def echo(seconds: float) -> Metrics:
     future = app.run_async()
     try:
         return host.round_trips(seconds)
+    finally:
+        app.stop_execution()
+        future.result()
+
+
+class TriggeredEchoOp(core.Operator):
+    """Sends the host's box on ``y`` when the host sets its ``AsynchronousCondition`` (no period)."""
+
+    def __init__(self, fragment: Any, *args: Any, host: EchoHost, event: Any, **kwargs: Any):
+        self.host = host
+        self.event = event
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec: Any) -> None:
+        spec.output("y").condition(core.ConditionType.NONE)
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        self.event.event_state = conditions.AsynchronousEventState.EVENT_WAITING
+        op_output.emit(self.host.box, "y")
+
+
+def echo_triggered(seconds: float) -> Metrics:
+    """The triggered echo: the host wakes the echo operator through an ``AsynchronousCondition``.
+
+    The host puts its message in the box, sets the condition to ``EVENT_DONE`` and notifies
+    the scheduler (Holoscan's way for another thread to wake an operator); the sink runs on
+    ``MessageAvailableCondition``, as in ``echo``.
+    """
+    host = EchoHost()
+    events: list[Any] = []
+
+    class EchoApp(core.Application):
+        def compose(self) -> None:
+            event = conditions.AsynchronousCondition(self, name="wake")
+            event.event_state = conditions.AsynchronousEventState.EVENT_WAITING
+            events.append(event)
+            echo_op = TriggeredEchoOp(self, event, name="echo", host=host, event=event)
+            sink = HostSinkOp(self, name="host", host=host)
+            self.add_flow(echo_op, sink, {("y", "x")})
+
+    app = EchoApp()
+    app.scheduler(_scheduler(app, seconds + 3.0))
+    future = app.run_async()
+    while not events:
+        time.sleep(0.001)
+    time.sleep(0.2)
+
+    def write(value: float) -> None:
+        host.box = torch.full((1,), value)
+        events[0].event_state = conditions.AsynchronousEventState.EVENT_DONE
+        events[0].notify_scheduler()  # without it the scheduler sees the event later (310 µs p50 here)
+
+    try:
+        return round_trips(write, host.wait, seconds)
     finally:
         app.stop_execution()
         future.result()
