@@ -11,6 +11,8 @@ import math
 from bisect import insort
 from heapq import heapify, heappop, heappush
 
+_INF = math.inf
+
 
 def due_time(slot: int, period: float) -> float:
     """The due time of update number ``slot`` of a node with this period."""
@@ -65,7 +67,10 @@ class DueQueue:
         return sum(len(bucket) for bucket in self._buckets.values())
 
     def push(self, due: float, index: int) -> None:
-        """Add node ``index``, next due at ``due``."""
+        """Add node ``index``, next due at ``due``; a node due never (inf: one that only a
+        trigger updates, none pending) stays out, so a trigger only pushes it."""
+        if due == _INF:
+            return
         bucket = self._buckets.get(due)
         if bucket is None:
             self._buckets[due] = [index]
@@ -93,6 +98,8 @@ class DueQueue:
 
         O(bucket + distinct due times): both are small, the due times one per period.
         """
+        if due == _INF:  # never pushed
+            return
         bucket = self._buckets[due]
         bucket.remove(index)
         if not bucket:

@@ -34,7 +34,7 @@ def wire(slots: Sequence[Slot]) -> None:
 
 def _fresh(port: Input[object]) -> bool:
     """Whether ``port`` has had an arrival since its node's last update started."""
-    latest = (port if port._source is None else port._source)._latest
+    latest = (port._source or port)._latest
     return latest is not None and latest[4] != port._seen
 
 
@@ -43,7 +43,8 @@ def arrive(policy: Policy, slot: Slot, now: float) -> None:
 
     With the engine's lock held. When the trigger's condition holds (trigger.any,
     trigger.all, trigger.all-timeout), ``slot`` is due by ``max(s + delay, last +
-    min_interval)`` (trigger.due); an earlier due time stands (``Policy.trigger``).
+    min_interval)`` (trigger.due); an earlier due time stands (``Policy.trigger``). It runs
+    in every send to a triggered node: kept to plain loops.
     """
     if slot.trigger_all:
         fresh = [_fresh(port) for port in slot.trigger_inputs]
@@ -53,10 +54,14 @@ def arrive(policy: Policy, slot: Slot, now: float) -> None:
             at = now + slot.timeout  # inf without a timeout: the policy keeps the due time
         else:
             return
-    elif any(_fresh(port) for port in slot.trigger_inputs):
-        at = now
     else:
-        return  # the node's update began meanwhile and saw the message
+        for port in slot.trigger_inputs:
+            latest = (port._source or port)._latest
+            if latest is not None and latest[4] != port._seen:
+                break
+        else:
+            return  # the node's update began meanwhile and saw the message
+        at = now
     due = at + slot.delay
     if slot.last + slot.min_interval > due:  # last: the run's start before a first update
         due = slot.last + slot.min_interval

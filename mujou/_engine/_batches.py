@@ -348,7 +348,7 @@ class Workers:
                     slots[index].pending = math.inf  # its update, still to come, is one after it
                 todo.reverse()
                 self.queue.push_all(batch.due, todo)
-            if (ran or todo) and self.workers > 1:
+            if (ran or todo) and self.workers > 1 and self.queue.dues:  # none: all due never
                 self._wake_idle(self.queue.dues[0])
         ran.clear()
         todo.clear()
