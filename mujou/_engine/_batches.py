@@ -33,6 +33,7 @@ FIRST_LEAD = 0.0002  # seconds: the lead before any timed wake-up was measured
 
 
 _NOT_IDLE = -math.inf  # Workers.until of a worker that is not waiting
+_INF = math.inf
 
 
 class Batch:
@@ -338,14 +339,15 @@ class Workers:
             push, slots = self.queue.push, self.slots
             for slot in ran:
                 holder[slot.index] = FREE
-                if slot.pending < slot.due:  # triggered while it ran (Policy.trigger)
-                    slot.due = slot.pending
-                slot.pending = math.inf
+                if slot.pending != _INF:  # triggered while it ran (Policy.trigger)
+                    if slot.pending < slot.due:
+                        slot.due = slot.pending
+                    slot.pending = _INF
                 push(slot.due, slot.index)
             if todo:  # not begun: all still due at batch.due, the first in registration order last
                 for index in todo:
                     holder[index] = FREE
-                    slots[index].pending = math.inf  # its update, still to come, is one after it
+                    slots[index].pending = _INF  # its update, still to come, is one after it
                 todo.reverse()
                 self.queue.push_all(batch.due, todo)
             if (ran or todo) and self.workers > 1 and self.queue.dues:  # none: all due never
