@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import contextvars
 import math
-import threading
-import warnings
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from ._devices import parse_device
-from ._errors import UnsavedAttributeWarning
-from ._messages import with_article
-from ._numbers import non_negative, positive
+from ._node_args import DEFAULT_PERIOD, check_period, check_seed, check_trigger_timing
 from ._plain import is_plain
 from ._port import Staged, _Port
 from ._ports import Input
 from ._state import copy_to, cpu_copy, is_stateful, load_errors_message
 from ._trigger import Trigger, check_trigger
+from ._unsaved import warn_unsaved
 
 if TYPE_CHECKING:
     from ._cuda import NodeStreams
@@ -28,7 +24,6 @@ if TYPE_CHECKING:
     from ._engine._hooks import Hooks
     from ._net import Branch
 
-_SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes seeds in [0, 2**64)
 _PORT_CACHE: dict[type, tuple[tuple[str, _Port], ...]] = {}
 
 
@@ -103,48 +98,6 @@ class NodeCore:
         self.streams: NodeStreams | None = None  # set for the run when the node touches CUDA
 
 
-class _DefaultPeriod(float):
-    """The default ``period``, 0.01, told apart from a period the caller gave: with a
-    trigger, a node given no period is triggered only (trigger.period-none)."""
-
-
-_DEFAULT_PERIOD = _DefaultPeriod(0.01)
-
-
-def _check_period(period: object, trigger: Trigger | None) -> float:
-    """The node's period in seconds; inf for a node that is triggered only."""
-    if period is None or (period is _DEFAULT_PERIOD and trigger is not None):
-        if trigger is None:
-            raise ValueError(
-                "period must be a finite number of seconds > 0, or None for a node with a "
-                "trigger; got None, and this node has no trigger: give it a period, or a "
-                "trigger (trigger=mujou.on('x'))"
-            )
-        return math.inf
-    return positive("period", period)  # run.number-arguments
-
-
-def _check_trigger_timing(name: str, value: object, trigger: Trigger | None) -> float:
-    seconds = non_negative(name, value)
-    if seconds and trigger is None:
-        raise ValueError(
-            f"{name}={seconds!r} applies to triggered updates, and this node has no trigger: "
-            "give it a trigger (trigger=mujou.on('x')) or leave out "
-            f"{name}"
-        )
-    return seconds
-
-
-def _check_seed(seed: object) -> int | None:
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be None or an int, got {type(seed).__name__}: {seed!r}")
-    if not 0 <= seed < _SEED_LIMIT:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed!r}")
-    return seed
-
-
 class Node:
     """A part of a net that updates on its own at its own period, on a worker or its own thread.
 
@@ -184,7 +137,7 @@ class Node:
     def __init__(
         self,
         *,
-        period: float | None = _DEFAULT_PERIOD,
+        period: float | None = DEFAULT_PERIOD,
         trigger: Trigger | None = None,
         min_interval: float = 0.0,
         delay: float = 0.0,
@@ -194,10 +147,10 @@ class Node:
     ) -> None:
         ports = _class_ports(type(self))
         checked_trigger = check_trigger(type(self), trigger, dict(ports))
-        checked_period = _check_period(period, checked_trigger)
-        checked_interval = _check_trigger_timing("min_interval", min_interval, checked_trigger)
-        checked_delay = _check_trigger_timing("delay", delay, checked_trigger)
-        checked_seed = _check_seed(seed)
+        checked_period = check_period(period, checked_trigger)
+        checked_interval = check_trigger_timing("min_interval", min_interval, checked_trigger)
+        checked_delay = check_trigger_timing("delay", delay, checked_trigger)
+        checked_seed = check_seed(seed)
         parsed = parse_device(device)
         if not isinstance(dedicated_thread, bool):
             raise TypeError(
@@ -305,7 +258,7 @@ class Node:
             else:
                 unsaved.append((key, value))
         if unsaved:
-            _warn_unsaved(self, unsaved)
+            warn_unsaved(self, self._mujou, unsaved)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -391,10 +344,6 @@ def is_initialized(node: Node) -> bool:
 
 # -- the default state: which attributes it keeps ---------------------------------------------
 
-_unsaved_lock = threading.Lock()
-# (class, attribute) pairs already named in an UnsavedAttributeWarning: each is named once.
-_unsaved_named: weakref.WeakKeyDictionary[type, set[str]] = weakref.WeakKeyDictionary()
-
 
 def _stateful(value: object) -> bool:
     """Whether the default state keeps ``value`` by its own ``state_dict`` (not a node's)."""
@@ -426,33 +375,3 @@ def _excluded(cls: type) -> set[str]:
         if "state_exclude" in klass.__dict__:
             names.update(_check_exclude(klass, klass.__dict__["state_exclude"]))
     return names
-
-
-def _warn_unsaved(node: Node, unsaved: list[tuple[str, object]]) -> None:
-    """Name the attributes the default state left out, each (per class) once.
-
-    Called in one of the node's hooks (by Mujou, on a worker, or on the host once the run
-    has ended), the warning waits for the host's call (rules.warnings-on-host); called
-    otherwise, the caller is the host.
-    """
-    cls = type(node)
-    with _unsaved_lock:
-        named = _unsaved_named.setdefault(cls, set())
-        new = [(key, value) for key, value in unsaved if key not in named]
-        named.update(key for key, _ in new)
-    if not new:
-        return
-    listed = ", ".join(f"{key!r} ({with_article(type(value).__name__)})" for key, value in new)
-    keys = tuple(key for key, _ in new)
-    message = (
-        f"node {node.name!r} ({cls.__name__}) has attribute(s) {listed} that its default "
-        "state_dict cannot keep: they are left out of its state, so a resumed run starts "
-        f"without them; leave them out by name (state_exclude = {keys!r} on "
-        f"{cls.__name__}) or give them state_dict and load_state_dict"
-    )
-    core = _core(node)
-    hooks = core.hooks
-    if hooks is not None and core.hook_thread == threading.get_ident():
-        hooks.queue_warning(UnsavedAttributeWarning, message)
-    else:
-        warnings.warn(message, UnsavedAttributeWarning, stacklevel=3)
