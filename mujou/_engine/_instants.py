@@ -1,0 +1,149 @@
+"""The virtual timer's instants: committing a tag's messages, starting the next instant (or
+microstep), and the host's ``advance`` through them.
+
+Part of ``Engine`` (its base); everything here runs with the engine's lock held, between
+instants, when no hook runs (visibility.virtual, trigger.tags).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ._arrivals import arrive
+from ._clock import RealClock, VirtualClock
+from ._collect import stopping_now
+from ._policy import Policy
+from ._slot import Slot
+
+if TYPE_CHECKING:
+    from .._port import Staged, _Port
+
+# Microsteps at one time of the virtual timer, in one host call, at most: the backstop for
+# triggers that keep waking each other (trigger.microstep-cap); start refuses a cycle of them.
+MICROSTEPS_MAX = 10_000
+
+
+class Instants:
+    """The instants of the virtual timer; the fields and the wake-ups are Engine's."""
+
+    # Set by Engine, read here.
+    lock: threading.Lock
+    policy: Policy
+    clock: RealClock | VirtualClock
+    slots: Sequence[Slot]
+    staged: list[Staged]
+    advance_until: float | None
+    microstep: int
+    ended: bool
+
+    def deliver(self) -> bool:
+        raise NotImplementedError
+
+    def host_wait(self, done: Callable[[], bool]) -> None:
+        raise NotImplementedError
+
+    def _next_instant(self) -> bool:
+        """Virtual timer, the host sleeping to ``advance_until``: when the instant is over, move
+        to the next one from here, without waking the host. Whether it did."""
+        policy, clock = self.policy, self.clock
+        assert isinstance(clock, VirtualClock) and self.advance_until is not None
+        if policy.stopping or not policy.quiescent(clock.time):
+            return False
+        self._commit()
+        if policy.end_instant():
+            self.deliver()
+            return True
+        due = policy.next_due()
+        if due > self.advance_until:
+            return False
+        self._start_instant(due)
+        return True
+
+    def _start_instant(self, due: float) -> None:
+        """Virtual timer, the instant over and committed: start the next, at ``due``."""
+        clock = self.clock
+        assert isinstance(clock, VirtualClock)
+        if due <= clock.time:  # a microstep: triggered updates at the same time (trigger.tags)
+            self.microstep += 1
+            if self.microstep > MICROSTEPS_MAX:
+                names = [slot.name for slot in self.slots if min(slot.due, slot.pending) <= clock.time]
+                self.policy.abort(
+                    RuntimeError(
+                        f"the run stopped at time {clock.time!r}: triggered nodes woke each other "
+                        f"more than {MICROSTEPS_MAX} times without the time moving "
+                        f"(due again: {', '.join(map(repr, names))}); give one of them delay= "
+                        "or min_interval=, so that the time moves between their updates"
+                    )
+                )
+                self.deliver()
+                return
+        else:
+            self.microstep = 0
+        clock.set(due)
+        self.policy.start_instant()
+        self.deliver()
+
+    def _commit(self) -> None:
+        """Publish the messages the instant sent (virtual timer; no hook runs)."""
+        staged = self.staged  # the nodes append to this list: keep it, empty
+        if not staged:
+            return
+        woken: list[_Port] = []
+        for port, message, version, leaves, stamp in staged:
+            port._publish(message, version, leaves, stamp)
+            if port._wakes:
+                woken.append(port)
+        staged.clear()
+        now = self.clock.now()
+        for port in woken:  # after every publish: an on_all trigger sees the tag's messages
+            for slot in port._wakes:
+                arrive(self.policy, slot, now)
+
+    def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
+        """Virtual timer: run every update due up to ``until`` (or forever), instant by instant.
+
+        Stops early when ``done()`` (run on the host's thread, outside the lock) is true after
+        an instant. Returns whether it did. Without ``done``, the thread that ends an instant
+        starts the next one up to ``until`` itself, so the host is not woken between instants.
+        """
+        clock, policy = self.clock, self.policy
+        assert isinstance(clock, VirtualClock)
+        with self.lock:
+            self.advance_until = until if done is None and until is not None else None
+            self.microstep = 0  # the cap counts within one host call (trigger.microstep-cap)
+            try:
+                while True:
+                    self.host_wait(lambda: policy.stopping or policy.quiescent(clock.time))
+                    if policy.stopping:
+                        self.host_wait(lambda: self.ended)
+                        break
+                    self._commit()
+                    if policy.end_instant():
+                        self.deliver()
+                        continue
+                    if done is not None:
+                        self.lock.release()
+                        try:
+                            if done():
+                                return True
+                        finally:
+                            self.lock.acquire()
+                        if stopping_now(policy) or not policy.quiescent(clock.time):
+                            continue  # another host thread moved on meanwhile
+                    due = policy.next_due()
+                    if until is not None and due > until:
+                        clock.set(until)
+                        return False
+                    if due == math.inf:
+                        raise RuntimeError(
+                            "nothing can happen in this run: every node is triggered only and no "
+                            "message is on the way, so the virtual time would never move; write "
+                            "an input (run.write) first, or give the wait a timeout"
+                        )
+                    self._start_instant(due)
+            finally:
+                self.advance_until = None
+        return done() if done is not None else False
