@@ -332,7 +332,8 @@ class Input(_Port, Generic[M]):
         return latest[4] != (self._seen_before if in_update else self._seen)
 
     def _fresh_next(self) -> bool:
-        """Whether the node's next update finds the latest message fresh (for the state tree)."""
+        """Whether the node's next update finds the latest message fresh: an arrival since its
+        last update started (for the state tree, and a trigger's condition)."""
         latest = (self if self._source is None else self._source)._latest
         return latest is not None and latest[4] != self._seen
 

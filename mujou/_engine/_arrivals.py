@@ -4,7 +4,7 @@ At the start of a run ``wire`` tells each port which triggered nodes its message
 (``_Port._wakes``). An arrival is then a publish on such a port: the engine calls ``arrive``
 for each woken node, with the lock held, under the real-time timer as the send returns and
 under the virtual timer when the tag's messages are committed. ``arrive`` reads the message
-numbers the node's last update started with (``Input._seen``) and asks the policy for an
+numbers the node's last update started with (``Input._fresh_next``) and asks the policy for an
 update by the due time the Triggers page gives (trigger.due). See the "Triggers" page.
 """
 
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
-
-from .._ports import Input
 
 if TYPE_CHECKING:
     from ._policy import Policy
@@ -32,12 +30,6 @@ def wire(slots: Sequence[Slot]) -> None:
                 source._wakes = (*source._wakes, slot)
 
 
-def _fresh(port: Input[object]) -> bool:
-    """Whether ``port`` has had an arrival since its node's last update started."""
-    latest = (port._source or port)._latest
-    return latest is not None and latest[4] != port._seen
-
-
 def arrive(policy: Policy, slot: Slot, now: float) -> None:
     """An arrival at timer time ``now`` on an input of ``slot`` that its trigger names.
 
@@ -47,7 +39,7 @@ def arrive(policy: Policy, slot: Slot, now: float) -> None:
     in every send to a triggered node: kept to plain loops.
     """
     if slot.trigger_all:
-        fresh = [_fresh(port) for port in slot.trigger_inputs]
+        fresh = [port._fresh_next() for port in slot.trigger_inputs]
         if all(fresh):
             at = now
         elif any(fresh):
@@ -56,8 +48,7 @@ def arrive(policy: Policy, slot: Slot, now: float) -> None:
             return
     else:
         for port in slot.trigger_inputs:
-            latest = (port._source or port)._latest
-            if latest is not None and latest[4] != port._seen:
+            if port._fresh_next():
                 break
         else:
             return  # the node's update began meanwhile and saw the message
