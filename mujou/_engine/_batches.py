@@ -339,7 +339,7 @@ class Workers:
             push, slots = self.queue.push, self.slots
             for slot in ran:
                 holder[slot.index] = FREE
-                if slot.pending != _INF:  # triggered while it ran (Policy.trigger)
+                if slot.pending != _INF:  # triggered while it ran: _slot.take_pending, inlined
                     if slot.pending < slot.due:
                         slot.due = slot.pending
                     slot.pending = _INF

@@ -23,13 +23,12 @@ Guarantees (checked by ``_invariant.check`` after every step of the randomized t
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
 from ._batches import EXIT, FREE, JOB, PARK, QUEUED_JOB, RUN, SLEEP
 from ._ending import Ending
-from ._slot import RESTORE, START, STATE, STOP, Job, Slot
+from ._slot import RESTORE, START, STATE, STOP, Job, Slot, take_pending
 
 
 class Policy(Ending):
@@ -129,8 +128,8 @@ class Policy(Ending):
         """The timer starts: each node is due at its slot (the origin's, or restored)."""
         self.running = True
         for slot in self.slots:
-            slot.due = min(slot.slot * slot.period, slot.pending)
-            slot.pending = math.inf
+            slot.due = slot.slot * slot.period
+            take_pending(slot)
             if not slot.dedicated and self.holder[slot.index] == FREE:
                 self.queue.push(slot.due, slot.index)
         self._wake_everyone()
@@ -319,8 +318,7 @@ class Policy(Ending):
                     self.wake_workers = 2
         elif kind == STATE:
             self.state_jobs -= 1
-            slot.due = min(slot.due, slot.pending)
-            slot.pending = math.inf
+            take_pending(slot)
             if not slot.dedicated and not self.stopping and self.running:
                 self.queue.push(slot.due, slot.index)
             self._update_paused()
@@ -366,8 +364,7 @@ class Policy(Ending):
         """The update of dedicated ``slot`` is done."""
         self.holder[slot.index] = FREE
         self.busy -= 1
-        slot.due = min(slot.due, slot.pending)
-        slot.pending = math.inf
+        take_pending(slot)
         if self.stopping:
             self._queue_stop(slot)
         if self.busy == 0:

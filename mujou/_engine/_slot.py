@@ -118,6 +118,14 @@ class Slot:
         self.delay = core.delay
 
 
+def take_pending(slot: Slot) -> None:
+    """``slot`` is back with the policy: a trigger that came while it was held takes effect,
+    the earlier due time standing (Policy.trigger). ``Workers._put_back`` inlines this."""
+    if slot.pending < slot.due:
+        slot.due = slot.pending
+    slot.pending = math.inf
+
+
 def begin_update(slot: Slot, start: float, traced: bool) -> float:
     """``slot``'s update starts at ``start``: its statistics and its next due time
     (sched.fixed-rate, sched.skip); returns its dt.
