@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .._port import _Port
     from ._policy import Policy
     from ._slot import Slot
 
@@ -57,3 +58,9 @@ def arrive(policy: Policy, slot: Slot, now: float) -> None:
     if slot.last + slot.min_interval > due:  # last: the run's start before a first update
         due = slot.last + slot.min_interval
     policy.trigger(slot, due)
+
+
+def arrived(policy: Policy, port: _Port, now: float) -> None:
+    """A message became visible on ``port`` at ``now``: every node it wakes gets ``arrive``."""
+    for slot in port._wakes:
+        arrive(policy, slot, now)

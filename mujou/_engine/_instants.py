@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ._arrivals import arrive
+from ._arrivals import arrived
 from ._clock import RealClock, VirtualClock
 from ._collect import stopping_now
 from ._policy import Policy
@@ -99,8 +99,7 @@ class Instants:
         staged.clear()
         now = self.clock.now()
         for port in woken:  # after every publish: an on_all trigger sees the tag's messages
-            for slot in port._wakes:
-                arrive(self.policy, slot, now)
+            arrived(self.policy, port, now)
 
     def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         """Virtual timer: run every update due up to ``until`` (or forever), instant by instant.

@@ -41,7 +41,7 @@ from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
 from .._trace import TraceRecorder
 from .._tree import check_tree
-from ._arrivals import arrive, wire
+from ._arrivals import arrived, wire
 from ._clock import make_clock
 from ._collect import state_tree
 from ._exit import live
@@ -289,9 +289,8 @@ class Engine(Instants):
         """A message was made visible on ``port``, which wakes triggered nodes: a send under
         the real-time timer, as it returns, or a host write (trigger.real-time, trigger.host)."""
         with self.lock:
-            policy, now = self.policy, self.clock.now()
-            for slot in port._wakes:
-                arrive(policy, slot, now)
+            policy = self.policy
+            arrived(policy, port, self.clock.now())
             if policy.wake:
                 self.deliver()
 
