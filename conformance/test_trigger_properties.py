@@ -88,6 +88,17 @@ class CellSpec:
             return mujou.on_all(*self.trigger, timeout=self.timeout)
         return mujou.on(*self.trigger)
 
+    def node_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of ``Node.__init__`` for this node."""
+        return {
+            "period": self.period,
+            "trigger": self.make_trigger(),
+            "delay": self.delay,
+            "min_interval": self.min_interval,
+            "seed": self.seed,
+            "dedicated_thread": self.dedicated,
+        }
+
 
 @dataclass(frozen=True)
 class Write:
@@ -128,14 +139,7 @@ class Cell(Node):
     y = Output()
 
     def __init__(self, spec: CellSpec) -> None:
-        super().__init__(
-            period=spec.period,
-            trigger=spec.make_trigger(),
-            delay=spec.delay,
-            min_interval=spec.min_interval,
-            seed=spec.seed,
-            dedicated_thread=spec.dedicated,
-        )
+        super().__init__(**spec.node_arguments())
         self.record: list[float] = []
         self.acc = torch.zeros(())
         self.replaced_read = 0  # reads of a message its sender replaced in the same update
@@ -635,14 +639,7 @@ class Guarded(Node):
     state_exclude: ClassVar[tuple[str, ...]] = ("violations", "inside", "updated")
 
     def __init__(self, spec: CellSpec) -> None:
-        super().__init__(
-            period=spec.period,
-            trigger=spec.make_trigger(),
-            delay=spec.delay,
-            min_interval=spec.min_interval,
-            seed=spec.seed,
-            dedicated_thread=spec.dedicated,
-        )
+        super().__init__(**spec.node_arguments())
         self.inside = threading.Lock()
         self.violations: list[str] = []
         self.count = 0
