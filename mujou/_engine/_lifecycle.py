@@ -214,10 +214,11 @@ class Engine(Instants):
         """Set the timer time, the schedules and the latest messages of a checked tree."""
         restore_schedule(self.slots, self.clock, meta)
 
-    def go(self) -> None:
-        """Start the timer: updates begin."""
+    def go(self, origin: float | None = None) -> None:
+        """Start the timer: updates begin. ``origin``: the ``time.monotonic()`` at which the
+        real-time timer starts, when several processes start theirs together."""
         with self.lock:
-            self.clock.start()
+            self.clock.start(origin)
             self.real_start = time.perf_counter()
             self.policy.start_timer()
             self.deliver()

@@ -1,0 +1,218 @@
+"""The main function of a process of a run: rebuild the group's nodes, then obey the host.
+
+The host sends commands on the control connection, one at a time, and waits for each reply;
+this process sends events (its end, messages of ports the host watches) on the events
+connection, from any thread. When the control connection closes (the host ended, or died),
+the process stops its nodes and exits (proc.cleanup).
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from .._engine import Engine
+from .._timer import RealTimeTimer, Timer, VirtualTimer
+from ._member import Member, describe
+from ._pack import Packed, place, unpack
+from ._wire import Pipe
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a process of the run is given when it is spawned."""
+
+    name: str
+    nodes: list[Packed]
+    links: list[tuple[str, str]]  # (output, input) within the group, by name
+    incoming: dict[str, list[str]]  # source output elsewhere -> this group's inputs reading it
+    outgoing: dict[str, list[str]]  # this group's outputs read elsewhere -> readers' processes
+    workers: int
+    virtual: bool
+    scale: float
+    torch_threads: int
+    default_dtype: torch.dtype
+    deterministic: bool
+
+
+class Events:
+    """The events connection, written from any thread of this process."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._lock = threading.Lock()
+        self.sent = 0  # events sent so far: a reply says how many the host must have taken
+
+    def send(self, event: tuple[Any, ...]) -> None:
+        data = pickle.dumps(event, protocol=pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            self.sent += 1
+            try:
+                self._connection.send_bytes(data)
+            except OSError:  # the host is gone: the control connection ends this process
+                pass
+
+
+def main(
+    setup: Setup,
+    control: Connection,
+    events_connection: Connection,
+    wake_out: dict[str, Connection],
+    wake_in: list[Connection],
+) -> None:
+    """The process's life: build, then serve the host's commands until it says exit."""
+    torch.set_num_threads(setup.torch_threads)
+    torch.set_default_dtype(setup.default_dtype)
+    torch.use_deterministic_algorithms(setup.deterministic)
+    events = Events(events_connection)
+    try:
+        member = _build(setup)
+    except BaseException as exc:
+        control.send_bytes(pickle.dumps(("error", describe(exc))))
+        return
+    control.send_bytes(pickle.dumps(("ok", None)))
+    pipes = {name: Pipe(connection) for name, connection in wake_out.items()}
+    by_output = {output: [pipes[p] for p in readers] for output, readers in setup.outgoing.items()}
+    member.when_ended(lambda: events.send(("ended", member.failure())))
+    watches: dict[int, Callable[[Any], None]] = {}
+    commands = _Commands(member, events, watches, by_output, wake_in)
+    try:
+        while True:
+            try:
+                command, *args = pickle.loads(control.recv_bytes())
+            except (EOFError, OSError):  # the host is gone
+                member.stop()
+                return
+            if command == "exit":
+                control.send_bytes(pickle.dumps(("ok", None)))
+                return
+            try:
+                reply: tuple[Any, ...] = ("ok", getattr(commands, command)(*args))
+            except BaseException as exc:
+                reply = ("error", describe(exc))
+            control.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+    finally:
+        member.disconnect_standins()
+
+
+def _build(setup: Setup) -> Member:
+    nodes = [unpack(packed) for packed in setup.nodes]
+    place(nodes, [packed.name for packed in setup.nodes])
+    ports = {port.name: port for node in nodes for port in node._mujou.ports.values()}
+    from .._ports import Input, Output, link
+
+    for output_name, input_name in setup.links:
+        output, input = ports[output_name], ports[input_name]
+        assert isinstance(output, Output) and isinstance(input, Input)
+        link(output, input)
+    timer: Timer = VirtualTimer() if setup.virtual else RealTimeTimer(scale=setup.scale)
+    engine = Engine(nodes, setup.workers, timer, None)
+    engine.claim()
+    member = Member(engine, nodes, setup.incoming, list(setup.outgoing))
+    member.connect_standins()
+    return member
+
+
+class _Commands:
+    """The host's commands, by name (see ``_host.Group``)."""
+
+    def __init__(
+        self,
+        member: Member,
+        events: Events,
+        watches: dict[int, Callable[[Any], None]],
+        pipes: dict[str, list[Pipe]],
+        inbound: list[Connection],
+    ) -> None:
+        self.member = member
+        self.events = events
+        self.watches = watches
+        self.pipes = pipes
+        self.inbound = inbound
+
+    def start(self, states: list[Any] | None) -> list[tuple[str, str]]:
+        """on_start, then load_state_dict of ``states``: the loads' errors (node, text)."""
+        errors = self.member.engine.start(states)
+        return [(name, f"{type(exc).__name__}: {exc}") for name, exc in errors]
+
+    def restore_schedule(self, meta: dict[str, Any], standins: dict[str, Any]) -> None:
+        self.member.restore_standins(standins)
+        self.member.engine.restore_schedule(meta)
+
+    def crossings(self) -> Any:
+        return self.member.crossings()
+
+    def apply(self, crossings: Any, wake: bool) -> float:
+        self.member.apply(crossings, wake=wake)
+        return self.member.next_due()
+
+    def go(self, origin: float | None) -> None:
+        self.member.go(origin, self.pipes, self.inbound)
+
+    def next_due(self) -> float:
+        return self.member.next_due()
+
+    def begin_advance(self) -> None:
+        self.member.begin_advance()
+
+    def instant(self, due: float) -> Any:
+        crossed, failure = self.member.instant(due)
+        return crossed, failure, self.events.sent, self.member.next_due()
+
+    def set_time(self, time: float) -> None:
+        self.member.set_time(time)
+
+    def read(self, name: str) -> Any:
+        return self.member.read(name)
+
+    def write(self, name: str, value: Any) -> None:
+        self.member.write(name, value)
+
+    def watch(self, key: int, name: str) -> Any:
+        """Send the host every message of port ``name`` from now on; its latest now."""
+        port = self.member.ports[name]
+        source = port._source if getattr(port, "_source", None) is not None else port
+        assert source is not None
+        events = self.events
+
+        def forward(message: Any) -> None:
+            latest = source._latest
+            stamp = 0.0 if latest is None else latest[3]
+            events.send(("message", key, cpu_copy_of(message), stamp))
+
+        self.watches[key] = forward
+        source._add_watcher(forward)
+        return self.member.latest(name)
+
+    def unwatch(self, key: int, name: str) -> None:
+        port = self.member.ports[name]
+        source = port._source if getattr(port, "_source", None) is not None else port
+        assert source is not None
+        watcher = self.watches.pop(key, None)
+        if watcher is not None:
+            source._remove_watcher(watcher)
+
+    def state(self) -> Any:
+        return self.member.engine.state_tree()
+
+    def stats(self) -> Any:
+        return self.member.stats()
+
+    def time(self) -> float:
+        return self.member.engine.time()
+
+    def stop(self) -> Any:
+        self.member.stop()
+        return self.member.failure()
+
+
+def cpu_copy_of(message: Any) -> Any:
+    from .._state import cpu_copy
+
+    return cpu_copy(message)
