@@ -104,6 +104,7 @@ class Engine(Instants):
         self._host_seq = 0  # counts notify_host calls: a wait misses none
         self.poll = HOST_POLL_VIRTUAL if self.virtual else HOST_POLL_REAL
         self.collecting = threading.Lock()  # one state collection at a time
+        self.threads_started = False
         self._threads: list[threading.Thread] = [
             HookThread(
                 target=guarded, args=(self, i + 1, worker_main, i), name=f"mujou-worker-{i}", daemon=True
@@ -190,6 +191,7 @@ class Engine(Instants):
                 port._begin_run(slot)  # ports.stamp, ports.fresh
         wire(self.slots)
         live.add(self)
+        self.threads_started = True
         for thread in self._threads:
             thread.start()
         self._run_jobs([(slot, Job(START)) for slot in self.slots])
@@ -226,7 +228,8 @@ class Engine(Instants):
     def abort(self) -> None:
         """Undo a start that failed: stop what started, end the threads, free the net."""
         try:
-            self.stop()
+            if self.threads_started:
+                self.stop()
         finally:
             self._unclaim()
 

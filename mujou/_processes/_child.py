@@ -18,6 +18,8 @@ from typing import Any
 import torch
 
 from .._engine import Engine
+from .._port import _Port
+from .._ports import Input, Output, link
 from .._timer import RealTimeTimer, Timer, VirtualTimer
 from ._member import Member, describe
 from ._pack import Packed, place, unpack
@@ -105,8 +107,6 @@ def _build(setup: Setup) -> Member:
     nodes = [unpack(packed) for packed in setup.nodes]
     place(nodes, [packed.name for packed in setup.nodes])
     ports = {port.name: port for node in nodes for port in node._mujou.ports.values()}
-    from .._ports import Input, Output, link
-
     for output_name, input_name in setup.links:
         output, input = ports[output_name], ports[input_name]
         assert isinstance(output, Output) and isinstance(input, Input)
@@ -138,7 +138,7 @@ class _Commands:
 
     def start(self, states: list[Any] | None) -> list[tuple[str, str]]:
         """on_start, then load_state_dict of ``states``: the loads' errors (node, text)."""
-        errors = self.member.engine.start(states)
+        errors = self.member.start(states)
         return [(name, f"{type(exc).__name__}: {exc}") for name, exc in errors]
 
     def restore_schedule(self, meta: dict[str, Any], standins: dict[str, Any]) -> None:
@@ -176,9 +176,7 @@ class _Commands:
 
     def watch(self, key: int, name: str) -> Any:
         """Send the host every message of port ``name`` from now on; its latest now."""
-        port = self.member.ports[name]
-        source = port._source if getattr(port, "_source", None) is not None else port
-        assert source is not None
+        source = self._source(name)
         events = self.events
 
         def forward(message: Any) -> None:
@@ -190,10 +188,15 @@ class _Commands:
         source._add_watcher(forward)
         return self.member.latest(name)
 
-    def unwatch(self, key: int, name: str) -> None:
+    def _source(self, name: str) -> _Port:
+        """The port whose messages port ``name`` reads: its source, for an input that has one."""
         port = self.member.ports[name]
-        source = port._source if getattr(port, "_source", None) is not None else port
-        assert source is not None
+        if isinstance(port, Input) and port._source is not None:
+            return port._source
+        return port
+
+    def unwatch(self, key: int, name: str) -> None:
+        source = self._source(name)
         watcher = self.watches.pop(key, None)
         if watcher is not None:
             source._remove_watcher(watcher)

@@ -29,7 +29,8 @@ from .._node import Node
 from .._port import _Port
 from .._ports import Input, Output
 from .._stats import RunStats
-from .._tree import META_KEY, _lookup
+from .._state import META_KEY
+from .._tree import _lookup
 from ._child import Setup, main
 from ._member import Failure, Member
 from ._pack import pack
@@ -244,7 +245,8 @@ class Processes:
             events_child.close()
             for end in (*wake_out.values(), *wake_in):
                 end.close()
-            self.groups[name] = Group(name, nodes, process, control, events, self._on_event)
+            group = self.groups[name] = Group(name, nodes, process, control, events, self._on_event)
+            group._lock.acquire()  # the reply to come: the nodes rebuilt, or why not
         self._broadcast_receive(self.groups.values())  # each rebuilt its nodes, or failed
         for group in self.groups.values():
             group.start_reading()
@@ -292,7 +294,7 @@ class Processes:
         errors: list[tuple[str, str]] = []
         first: BaseException | None = None
         try:
-            found = self.host.engine.start(states_of(self.placement.host))
+            found = self.host.start(states_of(self.placement.host))
             errors += [(name, f"{type(exc).__name__}: {exc}") for name, exc in found]
         except BaseException as exc:
             first = exc

@@ -30,7 +30,7 @@ from ._wire import Crossing, Forwarders, Pipe, Receiver, Standins, joined, split
 # What a failure is, as it crosses to the host: a HookError's node, hook, time, the cause
 # (pickled when it can be, else None), its type's name, its text and its traceback's text;
 # or any other error's type name and text (and the error, pickled when it can be).
-Failure = tuple[str, ...] | tuple[Any, ...]
+Failure = tuple[Any, ...]
 
 
 class Member:
@@ -56,12 +56,18 @@ class Member:
         assert all(isinstance(port, Output) for port in outputs.values())
         self.forwarders = Forwarders(outputs, engine.virtual)  # type: ignore[arg-type]  # checked
         self.receiver: Receiver | None = None
+        self._members = {id(node) for node in nodes}
+        self._saved_readers: list[tuple[Output[Any], list[Input[Any]]]] = []
         self._saved_sources: list[tuple[Input[Any], Output[Any] | None]] = []
 
     # -- starting --------------------------------------------------------------------------
 
     def connect_standins(self) -> None:
-        """Make each input whose source is elsewhere read its stand-in, for the run."""
+        """Make each input whose source is elsewhere read its stand-in, and each output
+        forget its readers elsewhere, for the run (the host's nodes keep their links)."""
+        for port in self.forwarders.outputs.values():
+            self._saved_readers.append((port, port._readers))
+            port._readers = [reader for reader in port._readers if id(reader.node) in self._members]
         for source, inputs in self.readers.items():
             standin = self.standins.ports[source]
             for port in inputs:
@@ -74,6 +80,9 @@ class Member:
         for port, source in self._saved_sources:
             port._source = source
         self._saved_sources.clear()
+        for output, readers in self._saved_readers:
+            output._readers = readers
+        self._saved_readers.clear()
 
     def crossings(self) -> list[Crossing]:
         """The latest message of each output read elsewhere (after on_start, for the readers)."""
@@ -180,10 +189,14 @@ class Member:
     def stats(self) -> RunStats:
         return run_stats(self.engine)
 
+    def start(self, states: Sequence[Any] | None) -> list[tuple[str, BaseException]]:
+        """The engine's start: on_start, then the loads of ``states`` (Engine.start)."""
+        return self.engine.start(states)
+
     def stop(self) -> None:
         engine = self.engine
         try:
-            engine.stop()
+            engine.abort() if not engine.threads_started else engine.stop()
         finally:
             if self.receiver is not None:
                 self.receiver.stop()
@@ -204,9 +217,10 @@ def describe(error: BaseException) -> Failure:
 
     cause = error.__cause__ if isinstance(error, HookError) else error
     assert cause is not None
+    pickled: bytes | None
     try:
-        pickled: bytes | None = pickle.dumps(cause)
-        pickle.loads(pickled)
+        pickled = pickle.dumps(cause)
+        pickle.loads(pickled)  # an exception whose __init__ takes other arguments fails here
     except Exception:
         pickled = None
     text = "".join(traceback.format_exception(cause))

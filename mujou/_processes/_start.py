@@ -78,7 +78,13 @@ def start(
             engine.abort()
             _unclaim(remote, engine)
         raise
-    engine.finishers.append(lambda: (processes.stop(), _unclaim(remote, engine)))
+    def finish() -> None:
+        try:
+            processes.stop()
+        finally:
+            _unclaim(remote, engine)
+
+    engine.finishers.append(finish)
     return engine, processes
 
 
