@@ -6,6 +6,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import platform
 import threading
 import time
 import weakref
@@ -297,6 +298,22 @@ def test_a_writer_still_writing_the_reader_s_slot_makes_it_copy_again(
     assert (number, stamp) == (2, 2.0), (number, stamp, a, b)
     assert torch.equal(a, torch.full((8,), 2.0)) and torch.equal(b, a), (a, b)
     assert read(reader)[0] == 3
+
+
+def test_the_fence_without_libatomic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_ring, "_fence_libraries", lambda: iter([("no-such-library.so", "fence")]))
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    fence, problem = _ring._find_fence()
+    assert problem is None  # x86: a locked instruction
+    fence()
+    fence()  # the lock was released
+
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    _, problem = _ring._find_fence()
+    assert problem is not None and "'aarch64'" in problem and "libatomic" in problem, problem
+    monkeypatch.setattr(_ring, "_NO_FENCE", problem)
+    with pytest.raises(RuntimeError, match=r"^the shared-memory ring between processes needs a memory fence"):
+        RingWriter().write([torch.ones(1)], 0.0, 1)
 
 
 # --- across processes --------------------------------------------------------------------------
