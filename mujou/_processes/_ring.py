@@ -54,15 +54,16 @@ leaves are copied by torch (``copy_``, ``clone``), which may use any instruction
 non-temporal stores, ``rep movsb``) and, for large tensors, its intra-op threads; their join
 orders those threads' accesses before the caller's next step, as torch's own results rely on.
 
-The fences are what make this hold on every CPU, whatever torch's copies do; neither torch
-nor CPython offers one, so ``_fence`` is C11 ``atomic_thread_fence(memory_order_seq_cst)``
-from libatomic (an ``mfence`` or a locked instruction on x86-64, ``dmb ish`` on aarch64),
-or ``OSMemoryBarrier`` on macOS. Where neither library is there, x86 takes and releases a
-private lock instead: a locked compare-and-swap, which x86 orders like a full fence
-(non-temporal stores included). Without the fences x86-64's TSO would keep plain stores in
-order with stores and loads with loads, all a seqlock needs, but not non-temporal stores,
-which a large ``memcpy`` may use. A weakly ordered CPU (aarch64, POWER) without libatomic
-gets no ring: a clear error when one is made, rather than rare torn messages.
+The fences make this hold on every CPU, whatever instructions torch's copies use. Neither
+torch nor CPython offers one, so ``_fence`` is C11 ``atomic_thread_fence(memory_order_seq_cst)``
+from libatomic (``mfence`` on x86-64, which orders every store, non-temporal ones included;
+``dmb ish`` on aarch64), or ``OSMemoryBarrier`` on macOS. Without libatomic, x86 takes and
+releases a private lock instead: a locked compare-and-swap, a full fence for ordinary loads
+and stores (with TSO, all a seqlock needs). Non-temporal stores, which a large ``memcpy``
+may use, are ordered by it on Intel; on AMD only by the ``sfence`` glibc puts after them,
+which orders them before ``done`` but not after ``started``: the one gap left, on x86
+machines without libatomic. A weakly ordered CPU (aarch64, POWER) without libatomic gets
+no ring: a clear error when one is made, rather than rare torn messages.
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ def _find_fence() -> tuple[Callable[[], None], str | None]:
         return functools.partial(fence, _SEQ_CST), None  # partial: no Python frame per fence
     if platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}:
         # Taking an uncontended lock is a locked compare-and-swap (CPython's lock, glibc's
-        # semaphore), and on x86 a locked instruction is a full fence, non-temporal stores
-        # included; the lock itself guards nothing.
+        # semaphore), which x86 orders like a full fence (see the module docstring for
+        # non-temporal stores); the lock itself guards nothing.
         lock = threading.Lock()
 
         def locked_fence() -> None:
