@@ -6,7 +6,10 @@ import gc
 import multiprocessing
 import os
 import pickle
+import platform
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -186,12 +189,18 @@ def test_bad_input_is_refused() -> None:
 
 
 def test_a_leaf_that_requires_grad_is_copied_without_a_graph() -> None:
+    # A slot is a dtype view of the buffer, which autograd does not track back to the buffer:
+    # a copy_ under grad mode would put the slot's view itself in the message's graph, which
+    # would then keep the graph (and its leaf) alive until the slot is written again.
     writer = RingWriter()
     leaf = torch.ones(3, requires_grad=True)
     announce = _first(writer.write([leaf * 2], 0.0, 1))
     _, _, (got,) = read(RingReader(passed(announce)))
     assert not got.requires_grad and torch.equal(got, torch.full((3,), 2.0))
-    assert not announce.buffer.requires_grad and announce.buffer.grad_fn is None
+    alive = weakref.ref(leaf)
+    del leaf
+    gc.collect()
+    assert alive() is None, "the ring's slot holds the written message's autograd graph"
 
 
 @pytest.fixture
@@ -250,6 +259,61 @@ def test_a_reader_during_a_write_gets_the_previous_message(
     assert (number, stamp) == (1, 1.0), (number, stamp, a, b)
     assert torch.equal(a, torch.full((8,), 1.0)) and torch.equal(b, a), (a, b)
     assert read(reader)[0] == 2
+
+
+def test_a_writer_still_writing_the_reader_s_slot_makes_it_copy_again(
+    interleave: Callable[[str, int, Callable[[], None]], None],
+) -> None:
+    # Before the reader copies write 1 (slot 1 of 2), a writer thread runs write 2 (slot 0)
+    # and half of write 3 (slot 1 again: leaf 0 only), then waits. The reader's copy is torn
+    # (leaf 0 of write 3, leaf 1 of write 1) while write 3 is not done: only "started",
+    # stored before the writer touched the slot, can tell the reader to copy again.
+    writer = RingWriter(slots=2)
+    reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)] * 2, 1.0, 1))))
+    midway, resume = threading.Event(), threading.Event()
+
+    def pause_writer() -> None:
+        midway.set()
+        if not resume.wait(HANG_GUARD):
+            raise RuntimeError("the test never let the writer go on")
+
+    def write_on() -> None:
+        for n in (2, 3):
+            writer.write([torch.full((8,), float(n))] * 2, float(n), n)
+
+    thread = threading.Thread(target=write_on, name="ring-test-writer")
+
+    def start_writer() -> None:
+        thread.start()
+        if not midway.wait(HANG_GUARD):
+            pytest.fail("the writer thread never reached the middle of write 3")
+
+    interleave("in", 3, pause_writer)  # writes 2 and 3 copy leaves 0, 1, 2, 3: before leaf 1 of write 3
+    interleave("out", 0, start_writer)
+    try:
+        number, stamp, (a, b) = read(reader)
+    finally:
+        resume.set()
+        thread.join(HANG_GUARD)
+    assert (number, stamp) == (2, 2.0), (number, stamp, a, b)
+    assert torch.equal(a, torch.full((8,), 2.0)) and torch.equal(b, a), (a, b)
+    assert read(reader)[0] == 3
+
+
+def test_the_fence_without_libatomic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_ring, "_fence_libraries", lambda: iter([("no-such-library.so", "fence")]))
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    fence, problem = _ring._find_fence()
+    assert problem is None  # x86: a locked instruction
+    fence()
+    fence()  # the lock was released
+
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    _, problem = _ring._find_fence()
+    assert problem is not None and "'aarch64'" in problem and "libatomic" in problem, problem
+    monkeypatch.setattr(_ring, "_NO_FENCE", problem)
+    with pytest.raises(RuntimeError, match=r"^the shared-memory ring between processes needs a memory fence"):
+        RingWriter().write([torch.ones(1)], 0.0, 1)
 
 
 # --- across processes --------------------------------------------------------------------------

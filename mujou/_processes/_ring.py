@@ -54,14 +54,16 @@ leaves are copied by torch (``copy_``, ``clone``), which may use any instruction
 non-temporal stores, ``rep movsb``) and, for large tensors, its intra-op threads; their join
 orders those threads' accesses before the caller's next step, as torch's own results rely on.
 
-The fences are what make this hold on every CPU, since neither torch nor CPython offers one:
-``_fence`` is C11 ``atomic_thread_fence(memory_order_seq_cst)`` from libatomic (``mfence``
-or a locked instruction on x86-64, ``dmb ish`` on aarch64), or ``OSMemoryBarrier`` on
-macOS. Where neither library is there, x86-64 goes without: its TSO model keeps stores in
-order with stores and loads with loads, which is all a seqlock needs, except for
-non-temporal stores, which glibc's ``memcpy`` follows by an ``sfence`` and torch's CPU copy
-kernels do not use. A weakly ordered CPU (aarch64, POWER) without libatomic gets no ring: a
-clear error rather than rare torn messages.
+The fences make this hold on every CPU, whatever instructions torch's copies use. Neither
+torch nor CPython offers one, so ``_fence`` is C11 ``atomic_thread_fence(memory_order_seq_cst)``
+from libatomic (``mfence`` on x86-64, which orders every store, non-temporal ones included;
+``dmb ish`` on aarch64), or ``OSMemoryBarrier`` on macOS. Without libatomic, x86 takes and
+releases a private lock instead: a locked compare-and-swap, a full fence for ordinary loads
+and stores (with TSO, all a seqlock needs). Non-temporal stores, which a large ``memcpy``
+may use, are ordered by it on Intel; on AMD only by the ``sfence`` glibc puts after them,
+which orders them before ``done`` but not after ``started``: the one gap left, on x86
+machines without libatomic. A weakly ordered CPU (aarch64, POWER) without libatomic gets
+no ring: a clear error when one is made, rather than rare torn messages.
 """
 
 from __future__ import annotations
@@ -72,8 +74,9 @@ import functools
 import math
 import platform
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -100,26 +103,40 @@ def _align(nbytes: int) -> int:
 _SEQ_CST = 5  # C11's memory_order_seq_cst
 
 
+def _fence_libraries() -> Iterator[tuple[str, str]]:
+    """Where a full fence may be: (library, function), the likeliest first."""
+    yield "libatomic.so.1", "atomic_thread_fence"  # GCC's runtime on Linux
+    found = ctypes.util.find_library("atomic")  # runs ldconfig or the compiler: only if needed
+    if found is not None:
+        yield found, "atomic_thread_fence"
+    if sys.platform == "darwin":  # pragma: no cover (no macOS in CI)
+        yield "/usr/lib/libSystem.B.dylib", "OSMemoryBarrier"
+
+
 def _find_fence() -> tuple[Callable[[], None], str | None]:
     """The full memory fence of this machine, and None; or a stand-in and why there is none."""
-    for name in ("libatomic.so.1", ctypes.util.find_library("atomic")):
-        if name is None:
-            continue
+    for library, name in _fence_libraries():
         try:
-            fence = ctypes.CDLL(name).atomic_thread_fence
+            fence = getattr(ctypes.CDLL(library), name)
         except (OSError, AttributeError):
             continue
-        fence.argtypes = [ctypes.c_int]
-        fence.restype = None
+        if name == "OSMemoryBarrier":  # pragma: no cover (no macOS in CI)
+            fence.argtypes, fence.restype = [], None
+            return fence, None
+        fence.argtypes, fence.restype = [ctypes.c_int], None
         return functools.partial(fence, _SEQ_CST), None  # partial: no Python frame per fence
-    if sys.platform == "darwin":  # pragma: no cover (no macOS in CI)
-        barrier = ctypes.CDLL("/usr/lib/libSystem.B.dylib").OSMemoryBarrier
-        barrier.argtypes = []
-        barrier.restype = None
-        return barrier, None
-    if platform.machine().lower() in {"x86_64", "amd64"}:  # pragma: no cover (CI has libatomic)
-        return (lambda: None), None  # TSO: see NOTE [ the ring's seqlock ]
-    return (lambda: None), (  # pragma: no cover (CI is x86-64 with libatomic)
+    if platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}:
+        # Taking an uncontended lock is a locked compare-and-swap (CPython's lock, glibc's
+        # semaphore), which x86 orders like a full fence (see the module docstring for
+        # non-temporal stores); the lock itself guards nothing.
+        lock = threading.Lock()
+
+        def locked_fence() -> None:
+            lock.acquire()
+            lock.release()
+
+        return locked_fence, None
+    return (lambda: None), (
         f"the shared-memory ring between processes needs a memory fence on this "
         f"{platform.machine()!r} CPU, from libatomic (C11 atomic_thread_fence), which was not "
         "found; install libatomic (e.g. the libatomic1 package)"
@@ -149,7 +166,10 @@ class Announce:
     """A ring of one output, as its readers get it: send it with ForkingPickler.
 
     ``Connection.send`` does; plain ``pickle`` would copy the buffer's bytes instead of
-    sharing it, which :class:`RingReader` refuses.
+    sharing it, which :class:`RingReader` refuses. Under torch's ``file_descriptor``
+    strategy the receiver fetches the descriptor from the sender's multiprocessing resource
+    sharer as it unpickles, so the sending process must live until then; an announce that is
+    sent and never received keeps a descriptor open in the sender until it exits.
     """
 
     layout: Layout
@@ -162,7 +182,7 @@ class _Ring:
     """Views of one ring's buffer: its header words, and each slot's leaves."""
 
     def __init__(self, announce: Announce) -> None:
-        if _NO_FENCE is not None:  # pragma: no cover (CI is x86-64 with libatomic)
+        if _NO_FENCE is not None:
             raise RuntimeError(_NO_FENCE)
         self.announce = announce
         self.slots = announce.slots
@@ -220,13 +240,16 @@ def _layout_of(tensors: Sequence[object]) -> Layout:
 
 
 def _same_layout(tensors: Sequence[object], layout: Layout) -> bool:
-    """Whether ``tensors`` fit ``layout``: the per-write check, without building a layout."""
+    """Whether ``tensors`` fit ``layout``: the per-write check, without building a layout.
+
+    A quantized tensor never fits: its dtype is none of a layout's (``_layout_of`` refuses it).
+    """
     if len(tensors) != len(layout):
         return False
     for tensor, (dtype, shape) in zip(tensors, layout, strict=True):
-        if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tensor.shape != shape:
+        if not isinstance(tensor, torch.Tensor) or tensor.layout is not torch.strided or tensor.is_nested:
             return False
-        if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested:
+        if tensor.dtype is not dtype or tensor.shape != shape:
             return False
     return True
 
@@ -285,9 +308,11 @@ class RingWriter:
         words = ring.words
         words[_STARTED] = n
         _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
-        with torch.no_grad():  # a leaf that requires grad must not put the slot in a graph
-            for view, tensor in zip(ring.views[slot], tensors, strict=True):
-                _copy_in(view, tensor)
+        for view, tensor in zip(ring.views[slot], tensors, strict=True):
+            # A slot's view is a dtype view of the buffer, which autograd does not track back
+            # to it: copying a tensor that requires grad would put the view itself in the
+            # message's graph. detach() costs less than a no_grad block (0.5 vs 2 us).
+            _copy_in(view, tensor.detach() if tensor.requires_grad else tensor)
         words[_SLOT_WORDS + 2 * slot] = number
         ring.floats[_SLOT_WORDS + 2 * slot + 1] = stamp
         _fence()  # the slot's bytes before done
