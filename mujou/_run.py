@@ -22,7 +22,8 @@ from ._stats import RunStats
 from ._subscription import Subscription
 
 if TYPE_CHECKING:
-    from ._processes._host import Group, Processes
+    from ._processes._group import Group
+    from ._processes._host import Processes
 
 
 def _host_message(port: Input[Any], message: object, what: str) -> tuple[Any, Nest | None]:
@@ -216,13 +217,22 @@ class Run:
         engine.raise_error()
         undo = self._watch(source)
         try:
-            return self._wait_for(checked, source, until, timeout, latest_matches, matches, found)
+            return self._wait_for(
+                checked=checked,
+                source=source,
+                until=until,
+                timeout=timeout,
+                latest_matches=latest_matches,
+                matches=matches,
+                found=found,
+            )
         finally:
             if undo is not None:
                 undo()
 
     def _wait_for(
         self,
+        *,
         checked: _Port,
         source: _Port,
         until: float | None,

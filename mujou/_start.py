@@ -87,6 +87,8 @@ def run(
     _check_cycles(nodes)
     first = _check_inputs(nodes, inputs)
     placement = None if processes is None else check_processes(nodes, processes)
+    if placement is not None and not placement.groups:
+        placement = None  # processes={}: every node in the host's process
     if trace is not None and not isinstance(trace, str | os.PathLike):
         raise TypeError(f"trace must be a file path or None, got {type(trace).__name__}: {trace!r}")
     if not isinstance(progress, bool):
@@ -99,7 +101,9 @@ def run(
             )
         counts = _process_workers(placement, workers)
         _warn_oversubscription(sum(counts.values()), sum(1 for node in nodes if node.dedicated_thread))
-        engine, group = start_processes(net, nodes, placement, counts, timer, first, state)
+        engine, group = start_processes(
+            net, nodes, placement, workers=counts, timer=timer, first=first, state=state
+        )
         handle = Run.__new__(Run)
         handle._setup(net, engine, group)
         if progress:

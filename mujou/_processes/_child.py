@@ -8,6 +8,7 @@ the process stops its nodes and exits (proc.cleanup).
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import threading
 from collections.abc import Callable
@@ -55,10 +56,8 @@ class Events:
         data = pickle.dumps(event, protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
             self.sent += 1
-            try:
+            with contextlib.suppress(OSError):  # the host is gone: the control connection ends us
                 self._connection.send_bytes(data)
-            except OSError:  # the host is gone: the control connection ends this process
-                pass
 
 
 def main(
@@ -100,6 +99,7 @@ def main(
                 reply = ("error", describe(exc))
             control.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
     finally:
+        member.engine.error_reported = True  # the host reports it (proc.hook-error)
         member.disconnect_standins()
 
 

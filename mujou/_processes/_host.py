@@ -1,19 +1,17 @@
 """The host's side of a run with processes: spawning them, and coordinating them.
 
-``Group`` is the host's handle on one process: its commands (one at a time, each waited for)
-and a thread reading its events (its end, the messages of ports the host watches) that also
-notices when the process dies (proc.died). ``Processes`` holds the host's own ``Member`` and
-the groups, and does what the run's calls need from all of them: the start in its phases,
-the virtual timer's tags (proc.virtual), the state tree (proc.state), the stats, the stop.
+``Processes`` holds the host's own ``Member`` and a ``Group`` for each other process, and does
+what the run's calls need from all of them: the start in its phases, the virtual timer's tags
+(proc.virtual), the state tree and stats (proc.state), the stop (proc.cleanup).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import math
 import multiprocessing
-import pickle
 import threading
 import time
 import weakref
@@ -26,143 +24,18 @@ import torch
 from .._errors import HookError, MujouInternalError, ProcessError
 from .._net import Net
 from .._node import Node
-from .._port import _Port
-from .._ports import Input, Output
+from .._port import Latest, _Port
+from .._ports import Output
 from .._stats import RunStats
-from .._state import META_KEY
-from .._tree import _lookup
 from ._child import Setup, main
+from ._gather import merge_stats, merge_trees
+from ._group import Group, rebuild_failure
 from ._member import Failure, Member
 from ._pack import pack
 from ._placement import HOST, Placement
 from ._wire import Crossing, Pipe
 
-EXIT_GRACE = 10.0  # real seconds a process is given to exit after the run stopped
 _live: weakref.WeakSet[Processes] = weakref.WeakSet()
-
-
-class Group:
-    """The host's handle on one process of the run."""
-
-    def __init__(
-        self,
-        name: str,
-        nodes: Sequence[Node],
-        process: multiprocessing.process.BaseProcess,
-        control: Connection,
-        events: Connection,
-        on_event: Callable[[Group, tuple[Any, ...]], None],
-    ) -> None:
-        self.name = name
-        self.node_names = tuple(node.name for node in nodes)
-        self.process = process
-        self._control = control
-        self._events = events
-        self._on_event = on_event
-        self._lock = threading.Lock()  # one command at a time
-        self._taken = 0  # events handled so far
-        self._taken_changed = threading.Condition()
-        self.dead = False
-        self.closed = False
-        self._reader = threading.Thread(target=self._read_events, name=f"mujou-process-{name}", daemon=True)
-
-    def start_reading(self) -> None:
-        self._reader.start()
-
-    def send(self, command: str, *args: Any) -> None:
-        """Send a command; ``receive`` waits for its reply (so that several groups work at once)."""
-        self._lock.acquire()
-        try:
-            self._control.send_bytes(pickle.dumps((command, *args), protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:
-            self._lock.release()
-            raise self.died() from None
-
-    def receive(self) -> Any:
-        try:
-            try:
-                reply = pickle.loads(self._control.recv_bytes())
-            except (EOFError, OSError):
-                raise self.died() from None
-        finally:
-            self._lock.release()
-        if reply[0] == "error":
-            raise rebuild_failure(reply[1], self.name)
-        return reply[1]
-
-    def call(self, command: str, *args: Any) -> Any:
-        self.send(command, *args)
-        return self.receive()
-
-    def died(self) -> ProcessError:
-        """The error of this process's unexpected end (its exit code, once it has one)."""
-        self.dead = True
-        self.process.join(1.0)
-        return ProcessError(self.name, self.process.exitcode, self.node_names)
-
-    def wait_events(self, count: int) -> None:
-        """Wait until the event thread has handled the first ``count`` events."""
-        with self._taken_changed:
-            while self._taken < count and not self.dead:
-                self._taken_changed.wait(0.1)
-
-    def _read_events(self) -> None:
-        while True:
-            try:
-                event = pickle.loads(self._events.recv_bytes())
-            except (EOFError, OSError):
-                if not self.closed:
-                    self._on_event(self, ("died",))
-                return
-            self._on_event(self, event)
-            with self._taken_changed:
-                self._taken += 1
-                self._taken_changed.notify_all()
-
-    def close(self) -> None:
-        """Ask the process to exit and wait for it (kill it after a grace period)."""
-        self.closed = True
-        if not self.dead:
-            try:
-                self.call("exit")
-            except (ProcessError, HookError, MujouInternalError):
-                pass
-        self.process.join(EXIT_GRACE)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self._control.close()
-        self._events.close()
-
-
-def rebuild_failure(failure: Failure, process: str) -> BaseException:
-    """The host's exception for a failure another process described (proc.hook-error)."""
-    if failure[0] == "hook":
-        _, node, hook, at, pickled, type_name, text, trace = failure
-        cause = _unpickled(pickled)
-        if cause is None:
-            cause = RuntimeError(f"{type_name}: {text}")
-        error = HookError(node, hook, at, cause)
-        error.args = (text,)
-        error.__cause__ = cause
-        error.add_note(f"The traceback of the hook, in process {process!r}:\n{trace.rstrip()}")
-        return error
-    _, type_name, text, pickled, trace = failure
-    cause = _unpickled(pickled)
-    if isinstance(cause, BaseException):
-        if trace:
-            cause.add_note(f"The traceback, in process {process!r}:\n{trace.rstrip()}")
-        return cause
-    return MujouInternalError(f"process {process!r} failed with {type_name}: {text}\n{trace}")
-
-
-def _unpickled(data: bytes | None) -> Any:
-    if data is None:
-        return None
-    try:
-        return pickle.loads(data)
-    except Exception:
-        return None
 
 
 class Processes:
@@ -176,7 +49,8 @@ class Processes:
         self.groups: dict[str, Group] = {}
         self._watch_ids = itertools.count(1)
         self._mirrors: dict[int, tuple[Group, _Port]] = {}
-        self._mirror_counts: dict[int, tuple[int, int]] = {}  # id(port) -> (key, users)
+        # The host's objects of ports mirrored, with what they held before: given back at the end.
+        self._mirrored: dict[int, tuple[_Port, Latest | None]] = {}
         self._stopping = False
         self._stop_lock = threading.Lock()
         self.closed = False
@@ -200,12 +74,14 @@ class Processes:
         placement = self.placement
         self.group_workers = {name: workers[name] for name in placement.groups}
         names = [HOST, *placement.groups]
-        readers_of = {name: {p for readers in placement.outgoing[name].values() for p in readers} for name in names}
+        readers_of = {
+            name: {p for readers in placement.outgoing[name].values() for p in readers} for name in names
+        }
+        packed = {name: [pack(node, name) for node in nodes] for name, nodes in placement.groups.items()}
         wake: dict[tuple[str, str], tuple[Connection, Connection]] = {}
         for writer in names:
             for reader in sorted(readers_of[writer]):
                 wake[writer, reader] = context.Pipe(duplex=False)  # (reader's end, writer's end)
-        packed = {name: [pack(node, name) for node in nodes] for name, nodes in placement.groups.items()}
         self.host_pipes = {w_r[1]: Pipe(ends[1]) for w_r, ends in wake.items() if w_r[0] == HOST}
         self.host_inbound = [ends[0] for w_r, ends in wake.items() if w_r[1] == HOST]
         for name, nodes in placement.groups.items():
@@ -245,7 +121,9 @@ class Processes:
             events_child.close()
             for end in (*wake_out.values(), *wake_in):
                 end.close()
-            group = self.groups[name] = Group(name, nodes, process, control, events, self._on_event)
+            group = self.groups[name] = Group(
+                name, nodes, process=process, control=control, events=events, on_event=self._on_event
+            )
             group._lock.acquire()  # the reply to come: the nodes rebuilt, or why not
         self._broadcast_receive(self.groups.values())  # each rebuilt its nodes, or failed
         for group in self.groups.values():
@@ -431,14 +309,15 @@ class Processes:
             _, key, message, stamp = event
             mirror = self._mirrors.get(key)
             if mirror is not None:
-                mirror[1]._publish(message, 0 if not isinstance(message, torch.Tensor) else message._version, None, stamp)
+                mirror[1]._publish(
+                    message, 0 if not isinstance(message, torch.Tensor) else message._version, None, stamp
+                )
         elif kind == "ended":
             failure = event[1]
             if failure is not None:
                 self.fail(rebuild_failure(failure, group.name))
-        elif kind == "died":
-            if not group.closed:
-                self.fail(group.died())
+        elif kind == "died" and not group.closed:
+            self.fail(group.died())
 
     def fail(self, error: BaseException) -> None:
         """Stop the run for ``error`` of another process (the first error stands)."""
@@ -457,10 +336,8 @@ class Processes:
             if self._stopping:
                 return
             self._stopping = True
-        try:
+        with contextlib.suppress(BaseException):  # a dead process: its error is the run's already
             self.all("stop")
-        except BaseException:  # a dead process: its error is the run's already
-            pass
 
     # -- what the host's calls need ----------------------------------------------------------
 
@@ -472,17 +349,22 @@ class Processes:
         source = port
         key = next(self._watch_ids)
         self._mirrors[key] = (group, source)
+        self._mirrored.setdefault(id(source), (source, source._latest))
         latest = group.call("watch", key, port.name)
         if latest is not None:
             message, stamp = latest
-            source._latest = (message, 0 if not isinstance(message, torch.Tensor) else message._version, None, stamp, 1)
+            source._latest = (
+                message,
+                0 if not isinstance(message, torch.Tensor) else message._version,
+                None,
+                stamp,
+                1,
+            )
 
         def undo() -> None:
             self._mirrors.pop(key, None)
-            try:
+            with contextlib.suppress(ProcessError, HookError, MujouInternalError):
                 group.call("unwatch", key, port.name)
-            except (ProcessError, HookError, MujouInternalError):
-                pass
 
         return undo
 
@@ -519,61 +401,14 @@ class Processes:
         for group in self.groups.values():
             group.close()
         self.host.disconnect_standins()
+        for port, latest in self._mirrored.values():
+            port._latest = latest
         _live.discard(self)
-
-
-def merge_trees(
-    nodes: Sequence[Node], placement: Placement, trees: Mapping[str, Mapping[str, Any]], now: float
-) -> dict[str, Any]:
-    """The one tree of the run, from each process's: as one process would give it (proc.state)."""
-    tree: dict[str, Any] = {}
-    saved_nodes: dict[str, Any] = {}
-    ports: dict[str, Any] = {}
-    fresh: dict[str, Any] = {}
-    for node in nodes:
-        own = trees[placement.process_of(node)]
-        meta = own[META_KEY]
-        *parents, leaf = node.name.split(".")
-        branch = tree
-        for part in parents:
-            branch = branch.setdefault(part, {})
-        branch[leaf] = _lookup(own, node.name)
-        saved_nodes[node.name] = meta["nodes"][node.name]
-        for port in node._mujou.ports.values():
-            if isinstance(port, Output) or (isinstance(port, Input) and port.source is None):
-                ports[port.name] = meta["ports"][port.name]
-        for port in node._mujou.ports.values():
-            if isinstance(port, Input):
-                fresh[port.name] = meta["fresh"][port.name]
-    host_meta = trees[HOST][META_KEY]
-    tree[META_KEY] = {
-        "version": host_meta["version"],
-        "time": now,
-        "nodes": saved_nodes,
-        "ports": ports,
-        "fresh": fresh,
-    }
-    return tree
-
-
-def merge_stats(nodes: Sequence[Node], placement: Placement, stats: Mapping[str, RunStats], now: float) -> RunStats:
-    """The run's stats from each process's: every node, every worker (the host's first)."""
-    order = [HOST, *placement.groups]
-    merged = {node.name: stats[placement.process_of(node)].nodes[node.name] for node in nodes}
-    return RunStats(
-        time=now,
-        workers=sum(stats[name].workers for name in order),
-        nodes=merged,
-        worker_busy=tuple(busy for name in order for busy in stats[name].worker_busy),
-    )
 
 
 @atexit.register
 def _close_live() -> None:
     """At interpreter exit: end the processes of runs left running (after their nodes stop)."""
     for processes in list(_live):
-        try:
+        with contextlib.suppress(BaseException):
             processes.stop()
-        except BaseException:
-            pass
-

@@ -17,6 +17,7 @@ from typing import Any
 from .._engine import Engine
 from .._engine._arrivals import arrived
 from .._engine._collect import stopping_now
+from .._engine._snapshot import run_stats
 from .._errors import HookError
 from .._node import Node
 from .._port import _Port
@@ -24,7 +25,6 @@ from .._ports import Input, Output
 from .._run import _host_message
 from .._state import cpu_copy
 from .._stats import RunStats
-from .._engine._snapshot import run_stats
 from ._wire import Crossing, Forwarders, Pipe, Receiver, Standins, joined, split
 
 # What a failure is, as it crosses to the host: a HookError's node, hook, time, the cause
@@ -65,9 +65,9 @@ class Member:
     def connect_standins(self) -> None:
         """Make each input whose source is elsewhere read its stand-in, and each output
         forget its readers elsewhere, for the run (the host's nodes keep their links)."""
-        for port in self.forwarders.outputs.values():
-            self._saved_readers.append((port, port._readers))
-            port._readers = [reader for reader in port._readers if id(reader.node) in self._members]
+        for output in self.forwarders.outputs.values():
+            self._saved_readers.append((output, output._readers))
+            output._readers = [reader for reader in output._readers if id(reader.node) in self._members]
         for source, inputs in self.readers.items():
             standin = self.standins.ports[source]
             for port in inputs:
@@ -98,7 +98,7 @@ class Member:
             if standin is None:
                 continue
             message, nest = joined(tensors, rest)
-            self.standins.publish(None, name, message, nest, stamp, number)
+            self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
             if wake and standin._wakes and standin not in woken:
                 woken.append(standin)
         if woken:
@@ -120,10 +120,12 @@ class Member:
             from .._engine._restore import _placed
 
             placed, nest = _placed(message, lambda tensor: tensor.to("cpu", copy=True))
-            self.standins.publish(None, name, placed, nest, stamp, 0)
+            self.standins.publish(None, name, placed, nest, stamp=stamp, number=0)
         self.standins.restart_numbers()
 
-    def go(self, origin: float | None, pipes: Mapping[str, Sequence[Pipe]], inbound: Sequence[Connection]) -> None:
+    def go(
+        self, origin: float | None, pipes: Mapping[str, Sequence[Pipe]], inbound: Sequence[Connection]
+    ) -> None:
         """Forward the messages that cross, receive the others (real-time), start the timer."""
         self.forwarders.install({name: list(pipes.get(name, ())) for name in self.forwarders.outputs})
         if not self.engine.virtual and inbound:

@@ -39,7 +39,9 @@ class Packed:
 
 
 def _attributes(node: Node) -> dict[str, Any]:
-    return {key: value for key, value in vars(node).items() if key != "_mujou" and not isinstance(value, _Port)}
+    return {
+        key: value for key, value in vars(node).items() if key != "_mujou" and not isinstance(value, _Port)
+    }
 
 
 def pack(node: Node, process: str) -> Packed:

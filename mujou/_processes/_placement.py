@@ -57,14 +57,12 @@ def check_processes(nodes: Sequence[Node], processes: object) -> Placement:
         for node in found:
             if id(node) not in members:
                 raise ValueError(
-                    f"process {name!r} holds node {_named(node)}, which is not in the net "
-                    "given to mujou.run"
+                    f"process {name!r} holds node {_named(node)}, which is not in the net given to mujou.run"
                 )
             other = where.get(id(node))
             if other is not None and other != name:
                 raise ValueError(
-                    f"node {node.name!r} is in processes {other!r} and {name!r}; a node runs in "
-                    "one process"
+                    f"node {node.name!r} is in processes {other!r} and {name!r}; a node runs in one process"
                 )
             where[id(node)] = name
         groups[name] = sorted({id(node): node for node in found}.values(), key=lambda n: order[id(n)])

@@ -40,6 +40,7 @@ def start(
     net: Net,
     nodes: Sequence[Node],
     placement: Placement,
+    *,
     workers: Mapping[str, int],
     timer: Timer,
     first: Mapping[Input[Any], tuple[Any, Nest | None]],
@@ -78,6 +79,7 @@ def start(
             engine.abort()
             _unclaim(remote, engine)
         raise
+
     def finish() -> None:
         try:
             processes.stop()

@@ -17,6 +17,7 @@ sender's messages, skipped ones included, so ``coalesced`` counts them as in one
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import threading
 from collections.abc import Callable, Sequence
@@ -78,7 +79,9 @@ class Standins:
         self.ports = {name: make_standin(name) for name in names}
         self._sent: dict[str, int] = {}  # the sender's number of the latest message, by name
 
-    def publish(self, engine: Engine | None, name: str, message: Any, nest: Nest | None, stamp: float, number: int) -> None:
+    def publish(
+        self, engine: Engine | None, name: str, message: Any, nest: Nest | None, *, stamp: float, number: int
+    ) -> None:
         """Make ``message`` the latest of stand-in ``name``; wake its triggered readers."""
         port = self.ports[name]
         before = self._sent.get(name)
@@ -230,11 +233,9 @@ class Receiver:
             return False
         message, nest = joined(tensors, rest)
         if not self.engine.ended:
-            self.standins.publish(self.engine, name, message, nest, stamp, slot_number)
+            self.standins.publish(self.engine, name, message, nest, stamp=stamp, number=slot_number)
         return True
 
 
 def _pipe_pair() -> tuple[Connection, Connection]:
-    from multiprocessing import Pipe as make_pipe
-
-    return make_pipe(duplex=False)
+    return multiprocessing.Pipe(duplex=False)
