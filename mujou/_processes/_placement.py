@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .._net import Branch
 from .._node import Node
-from .._ports import Input, Output
+from .._ports import Output
 
 HOST = ""  # the host's process, in the placement's maps
 
@@ -84,8 +84,8 @@ def _group_nodes(name: str, group: object) -> list[Node]:
             found.extend(item.nodes())
         else:
             raise TypeError(
-                f"process {name!r} holds {type(item).__name__}: {item!r}; a process holds nodes: "
-                "a node, a net, a NodeList or NodeDict, or a list or tuple of those"
+                f"processes[{name!r}] holds {item!r}, a {type(item).__name__}; a group is a node, "
+                "a Net, a NodeList or a NodeDict, or a list or tuple of those"
             )
     return found
 
@@ -118,6 +118,3 @@ def cross_inputs(placement: Placement, process: str) -> set[str]:
     """The names of the inputs of ``process``'s nodes whose source is in another process."""
     return {name for inputs in placement.incoming[process].values() for name in inputs}
 
-
-def is_host_fed(port: Input[object]) -> bool:
-    return port.source is None
