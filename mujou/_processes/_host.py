@@ -48,7 +48,9 @@ class Processes:
         self.host = host
         self.groups: dict[str, Group] = {}
         self._watch_ids = itertools.count(1)
-        self._mirrors: dict[int, tuple[Group, _Port]] = {}
+        self._mirrors: dict[int, tuple[Group, _Port]] = {}  # by watch key
+        self._watching: dict[int, list[int]] = {}  # id(port) -> [watch key, users]
+        self._watch_lock = threading.Lock()
         # The host's objects of ports mirrored, with what they held before: given back at the end.
         self._mirrored: dict[int, tuple[_Port, Latest | None]] = {}
         self._stopping = False
@@ -343,28 +345,34 @@ class Processes:
 
     def watch(self, port: _Port) -> Callable[[], None]:
         """Mirror the messages of another process's ``port`` onto the host's port object, so
-        that its watchers (subscriptions, wait_for) get them; returns the undo."""
+        that its watchers (subscriptions, wait_for) get them; returns the undo. One mirror
+        serves every host call that watches the port at the same time."""
         group = self.group_of(port.node)
         assert group is not None
-        source = port
-        key = next(self._watch_ids)
-        self._mirrors[key] = (group, source)
-        self._mirrored.setdefault(id(source), (source, source._latest))
-        latest = group.call("watch", key, port.name)
-        if latest is not None:
-            message, stamp = latest
-            source._latest = (
-                message,
-                0 if not isinstance(message, torch.Tensor) else message._version,
-                None,
-                stamp,
-                1,
-            )
+        with self._watch_lock:
+            watching = self._watching.get(id(port))
+            if watching is not None:
+                watching[1] += 1
+            else:
+                key = next(self._watch_ids)
+                watching = self._watching[id(port)] = [key, 1]
+                self._mirrors[key] = (group, port)
+                self._mirrored.setdefault(id(port), (port, port._latest))
+                latest = group.call("watch", key, port.name)
+                if latest is not None:
+                    message, stamp = latest
+                    version = message._version if isinstance(message, torch.Tensor) else 0
+                    port._latest = (message, version, None, stamp, 1)
 
         def undo() -> None:
-            self._mirrors.pop(key, None)
-            with contextlib.suppress(ProcessError, HookError, MujouInternalError):
-                group.call("unwatch", key, port.name)
+            with self._watch_lock:
+                watching[1] -= 1
+                if watching[1] > 0:
+                    return
+                del self._watching[id(port)]
+                self._mirrors.pop(watching[0], None)
+                with contextlib.suppress(ProcessError, HookError, MujouInternalError):
+                    group.call("unwatch", watching[0], port.name)
 
         return undo
 

@@ -117,4 +117,3 @@ def _cross_ports(placement: Placement, nodes: Sequence[Node]) -> None:
 def cross_inputs(placement: Placement, process: str) -> set[str]:
     """The names of the inputs of ``process``'s nodes whose source is in another process."""
     return {name for inputs in placement.incoming[process].values() for name in inputs}
-
