@@ -97,10 +97,21 @@ def main(
                 reply: tuple[Any, ...] = ("ok", getattr(commands, command)(*args))
             except BaseException as exc:
                 reply = ("error", describe(exc))
+            reply = (*reply, _warnings(member))
             control.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
     finally:
         member.engine.error_reported = True  # the host reports it (proc.hook-error)
         member.disconnect_standins()
+
+
+def _warnings(member: Member) -> list[tuple[type[Warning], str]]:
+    """The warnings the hooks caused here since the last reply: the host issues them on its
+    thread, at its next call (rules.warnings-on-host)."""
+    found: list[tuple[type[Warning], str]] = []
+    pending = member.engine.hooks._warnings
+    while pending:
+        found.append(pending.popleft())
+    return found
 
 
 def _build(setup: Setup) -> Member:

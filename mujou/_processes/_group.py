@@ -35,6 +35,7 @@ class Group:
         control: Connection,
         events: Connection,
         on_event: Callable[[Group, tuple[Any, ...]], None],
+        on_warning: Callable[[type[Warning], str], None],
     ) -> None:
         self.name = name
         self.node_names = tuple(node.name for node in nodes)
@@ -42,6 +43,7 @@ class Group:
         self._control = control
         self._events = events
         self._on_event = on_event
+        self._on_warning = on_warning
         self._lock = threading.Lock()  # one command at a time
         self._taken = 0  # events handled so far
         self._taken_changed = threading.Condition()
@@ -69,6 +71,8 @@ class Group:
                 raise self.died() from None
         finally:
             self._lock.release()
+        for category, message in reply[2] if len(reply) > 2 else ():
+            self._on_warning(category, f"{message} (in process {self.name!r})")
         if reply[0] == "error":
             raise rebuild_failure(reply[1], self.name)
         return reply[1]

@@ -124,7 +124,13 @@ class Processes:
             for end in (*wake_out.values(), *wake_in):
                 end.close()
             group = self.groups[name] = Group(
-                name, nodes, process=process, control=control, events=events, on_event=self._on_event
+                name,
+                nodes,
+                process=process,
+                control=control,
+                events=events,
+                on_event=self._on_event,
+                on_warning=self.host.engine.hooks.queue_warning,
             )
             group._lock.acquire()  # the reply to come: the nodes rebuilt, or why not
         self._broadcast_receive(self.groups.values())  # each rebuilt its nodes, or failed
