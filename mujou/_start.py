@@ -94,15 +94,11 @@ def run(
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}: {progress!r}")
     if placement is not None:
-        if trace is not None:
-            raise ValueError(
-                "trace= records a run in one process; it cannot be given with processes= yet: "
-                "trace the net without processes="
-            )
         counts = _process_workers(placement, workers)
         _warn_oversubscription(sum(counts.values()), sum(1 for node in nodes if node.dedicated_thread))
+        recorder = None if trace is None else TraceRecorder(trace)  # observe.trace-start
         engine, group = start_processes(
-            net, nodes, placement, workers=counts, timer=timer, first=first, state=state
+            net, nodes, placement, workers=counts, timer=timer, first=first, state=state, recorder=recorder
         )
         handle = Run.__new__(Run)
         handle._setup(net, engine, group)

@@ -39,7 +39,7 @@ from .._errors import HookError, MujouInternalError
 from .._ports import Input, Output
 from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
-from .._trace import TraceRecorder
+from .._trace import Recorder
 from .._tree import check_tree
 from ._arrivals import arrived, wire
 from ._clock import make_clock
@@ -68,9 +68,7 @@ _claims = threading.Lock()  # taken to claim a net's nodes for a run
 class Engine(Instants):
     """Runs the hooks of a net's nodes on workers and dedicated threads, on a clock."""
 
-    def __init__(
-        self, nodes: Sequence[Node], workers: int, timer: Timer, trace: TraceRecorder | None
-    ) -> None:
+    def __init__(self, nodes: Sequence[Node], workers: int, timer: Timer, trace: Recorder | None) -> None:
         self.lock = threading.Lock()
         self.host = threading.Condition(self.lock)  # the host waits here
         self.clock = make_clock(timer)

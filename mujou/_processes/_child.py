@@ -24,6 +24,7 @@ from .._ports import Input, Output, link
 from .._timer import RealTimeTimer, Timer, VirtualTimer
 from ._member import Member, describe
 from ._pack import Packed, place, unpack
+from ._tracing import TraceForwarder
 from ._wire import Pipe
 
 
@@ -42,6 +43,7 @@ class Setup:
     torch_threads: int
     default_dtype: torch.dtype
     deterministic: bool
+    trace: bool  # send the hooks' slices to the host's trace (proc.trace)
 
 
 class Events:
@@ -73,7 +75,7 @@ def main(
     torch.use_deterministic_algorithms(setup.deterministic)
     events = Events(events_connection)
     try:
-        member = _build(setup)
+        member = _build(setup, TraceForwarder(events.send) if setup.trace else None)
     except BaseException as exc:
         control.send_bytes(pickle.dumps(("error", describe(exc))))
         return
@@ -114,7 +116,7 @@ def _warnings(member: Member) -> list[tuple[type[Warning], str]]:
     return found
 
 
-def _build(setup: Setup) -> Member:
+def _build(setup: Setup, trace: TraceForwarder | None) -> Member:
     nodes = [unpack(packed) for packed in setup.nodes]
     place(nodes, [packed.name for packed in setup.nodes])
     ports = {port.name: port for node in nodes for port in node._mujou.ports.values()}
@@ -123,7 +125,7 @@ def _build(setup: Setup) -> Member:
         assert isinstance(output, Output) and isinstance(input, Input)
         link(output, input)
     timer: Timer = VirtualTimer() if setup.virtual else RealTimeTimer(scale=setup.scale)
-    engine = Engine(nodes, setup.workers, timer, None)
+    engine = Engine(nodes, setup.workers, timer, trace)
     engine.claim()
     member = Member(engine, nodes, setup.incoming, list(setup.outgoing))
     member.connect_standins()

@@ -116,6 +116,8 @@ class Group:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+        if self._reader.is_alive():
+            self._reader.join(EXIT_GRACE)  # its last events (the trace's last slices) handled
         self._control.close()
         self._events.close()
 

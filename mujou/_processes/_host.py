@@ -27,6 +27,7 @@ from .._node import Node
 from .._port import Latest, _Port
 from .._ports import Output
 from .._stats import RunStats
+from .._trace import TraceRecorder
 from ._child import Setup, main
 from ._gather import merge_stats, merge_trees
 from ._group import Group, rebuild_failure
@@ -41,8 +42,17 @@ _live: weakref.WeakSet[Processes] = weakref.WeakSet()
 class Processes:
     """A run's processes, as the host coordinates them."""
 
-    def __init__(self, net: Net, nodes: Sequence[Node], placement: Placement, host: Member) -> None:
+    def __init__(
+        self,
+        net: Net,
+        nodes: Sequence[Node],
+        placement: Placement,
+        host: Member,
+        recorder: TraceRecorder | None,
+    ) -> None:
         self.net = net
+        self.recorder = recorder
+        self._pids = {name: pid for pid, name in enumerate(placement.groups, start=2)}  # the host's: 1
         self.nodes = list(nodes)
         self.placement = placement
         self.host = host
@@ -108,6 +118,7 @@ class Processes:
                 torch_threads=torch.get_num_threads(),
                 default_dtype=torch.get_default_dtype(),
                 deterministic=torch.are_deterministic_algorithms_enabled(),
+                trace=self.recorder is not None,
             )
             control, control_child = context.Pipe()
             events, events_child = context.Pipe(duplex=False)
@@ -313,7 +324,11 @@ class Processes:
 
     def _on_event(self, group: Group, event: tuple[Any, ...]) -> None:
         kind = event[0]
-        if kind == "message":
+        if kind == "trace":
+            _, thread, slices = event
+            if self.recorder is not None:
+                self.recorder.record_remote(self._pids[group.name], group.name, thread, slices)
+        elif kind == "message":
             _, key, message, stamp = event
             mirror = self._mirrors.get(key)
             if mirror is not None:

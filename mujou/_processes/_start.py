@@ -19,6 +19,7 @@ from .._node import Node
 from .._ports import Input
 from .._state import cpu_copy
 from .._timer import RealTimeTimer, Timer
+from .._trace import TraceRecorder
 from .._tree import check_tree, mismatch_message
 from ._host import Processes
 from ._member import Member
@@ -45,14 +46,20 @@ def start(
     timer: Timer,
     first: Mapping[Input[Any], tuple[Any, Nest | None]],
     state: Mapping[str, Any] | None,
+    recorder: TraceRecorder | None,
 ) -> tuple[Engine, Processes]:
     """Start the run's processes and the host's engine; on any failure, nothing is left."""
     restore, meta = (None, {}) if state is None else check_state(nodes, state)
-    engine = Engine(placement.host, workers[HOST], timer, None)
-    engine.claim()
+    try:
+        engine = Engine(placement.host, workers[HOST], timer, recorder)
+        engine.claim()
+    except BaseException:
+        if recorder is not None:
+            recorder.discard()
+        raise
     member = Member(engine, placement.host, placement.incoming[HOST], list(placement.outgoing[HOST]))
     member.connect_standins()
-    processes = Processes(net, nodes, placement, member)
+    processes = Processes(net, nodes, placement, member, recorder)
     remote = [node for nodes_ in placement.groups.values() for node in nodes_]
     try:
         _claim(remote, engine)
@@ -76,8 +83,11 @@ def start(
         try:
             processes.stop()
         finally:
+            started = engine.threads_started
             engine.abort()
             _unclaim(remote, engine)
+            if recorder is not None and not started:  # no hook ran: no trace, no file left
+                recorder.discard()
         raise
 
     def finish() -> None:
@@ -86,7 +96,7 @@ def start(
         finally:
             _unclaim(remote, engine)
 
-    engine.finishers.append(finish)
+    engine.finishers.insert(0, finish)  # before the trace is completed: the processes' last slices
     return engine, processes
 
 
