@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +71,9 @@ def main(
     wake_in: list[Connection],
 ) -> None:
     """The process's life: build, then serve the host's commands until it says exit."""
+    # The host's Ctrl-C reaches every process of the terminal's group: the host alone
+    # handles it (run.interrupt), by stopping the run, which stops this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(setup.torch_threads)
     torch.set_default_dtype(setup.default_dtype)
     torch.use_deterministic_algorithms(setup.deterministic)
@@ -77,9 +81,9 @@ def main(
     try:
         member = _build(setup, TraceForwarder(events.send) if setup.trace else None)
     except BaseException as exc:
-        control.send_bytes(pickle.dumps(("error", describe(exc))))
+        control.send_bytes(pickle.dumps((0, "error", describe(exc), [])))
         return
-    control.send_bytes(pickle.dumps(("ok", None)))
+    control.send_bytes(pickle.dumps((0, "ok", None, [])))
     pipes = {name: Pipe(connection) for name, connection in wake_out.items()}
     by_output = {output: [pipes[p] for p in readers] for output, readers in setup.outgoing.items()}
     member.when_ended(lambda: events.send(("ended", member.failure())))
@@ -88,17 +92,17 @@ def main(
     try:
         while True:
             try:
-                command, *args = pickle.loads(control.recv_bytes())
+                number, command, *args = pickle.loads(control.recv_bytes())
             except (EOFError, OSError):  # the host is gone
                 member.stop()
                 return
             if command == "exit":
-                control.send_bytes(pickle.dumps(("ok", None)))
+                control.send_bytes(pickle.dumps((number, "ok", None, [])))
                 return
             try:
-                reply: tuple[Any, ...] = ("ok", getattr(commands, command)(*args))
+                reply: tuple[Any, ...] = (number, "ok", getattr(commands, command)(*args))
             except BaseException as exc:
-                reply = ("error", describe(exc))
+                reply = (number, "error", describe(exc))
             reply = (*reply, _warnings(member))
             control.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
     finally:

@@ -45,6 +45,7 @@ class Group:
         self._on_event = on_event
         self._on_warning = on_warning
         self._lock = threading.Lock()  # one command at a time
+        self._sent = 0  # the number of the last command: its reply carries it
         self._taken = 0  # events handled so far
         self._taken_changed = threading.Condition()
         self.dead = False
@@ -57,25 +58,35 @@ class Group:
     def send(self, command: str, *args: Any) -> None:
         """Send a command; ``receive`` waits for its reply (so that several groups work at once)."""
         self._lock.acquire()
+        self._sent += 1
         try:
-            self._control.send_bytes(pickle.dumps((command, *args), protocol=pickle.HIGHEST_PROTOCOL))
+            data = pickle.dumps((self._sent, command, *args), protocol=pickle.HIGHEST_PROTOCOL)
+            self._control.send_bytes(data)
         except OSError:
             self._lock.release()
             raise self.died() from None
+        except BaseException:
+            self._lock.release()
+            raise
 
     def receive(self) -> Any:
+        """The reply to the last command sent. A reply to an earlier one, whose wait was
+        interrupted (a KeyboardInterrupt of the host), is skipped."""
         try:
-            try:
-                reply = pickle.loads(self._control.recv_bytes())
-            except (EOFError, OSError):
-                raise self.died() from None
+            while True:
+                try:
+                    number, status, payload, warned = pickle.loads(self._control.recv_bytes())
+                except (EOFError, OSError):
+                    raise self.died() from None
+                if number == self._sent:
+                    break
         finally:
             self._lock.release()
-        for category, message in reply[2] if len(reply) > 2 else ():
+        for category, message in warned:
             self._on_warning(category, f"{message} (in process {self.name!r})")
-        if reply[0] == "error":
-            raise rebuild_failure(reply[1], self.name)
-        return reply[1]
+        if status == "error":
+            raise rebuild_failure(payload, self.name)
+        return payload
 
     def call(self, command: str, *args: Any) -> Any:
         self.send(command, *args)
