@@ -9,7 +9,6 @@ the process stops its nodes and exits (proc.cleanup).
 from __future__ import annotations
 
 import contextlib
-import pickle
 import signal
 import threading
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from .._engine import Engine
 from .._port import _Port
 from .._ports import Input, Output, link
 from .._timer import RealTimeTimer, Timer, VirtualTimer
+from . import _codec as codec
 from ._member import Member, describe
 from ._pack import Packed, place, unpack
 from ._tracing import TraceForwarder
@@ -56,7 +56,7 @@ class Events:
         self.sent = 0  # events sent so far: a reply says how many the host must have taken
 
     def send(self, event: tuple[Any, ...]) -> None:
-        data = pickle.dumps(event, protocol=pickle.HIGHEST_PROTOCOL)
+        data = codec.dumps(event)
         with self._lock:
             self.sent += 1
             with contextlib.suppress(OSError):  # the host is gone: the control connection ends us
@@ -81,9 +81,9 @@ def main(
     try:
         member = _build(setup, TraceForwarder(events.send) if setup.trace else None)
     except BaseException as exc:
-        control.send_bytes(pickle.dumps((0, "error", describe(exc), [])))
+        control.send_bytes(codec.dumps((0, "error", describe(exc), [])))
         return
-    control.send_bytes(pickle.dumps((0, "ok", None, [])))
+    control.send_bytes(codec.dumps((0, "ok", None, [])))
     pipes = {name: Pipe(connection) for name, connection in wake_out.items()}
     by_output = {output: [pipes[p] for p in readers] for output, readers in setup.outgoing.items()}
     member.when_ended(lambda: events.send(("ended", member.failure())))
@@ -92,19 +92,19 @@ def main(
     try:
         while True:
             try:
-                number, command, *args = pickle.loads(control.recv_bytes())
+                number, command, *args = codec.loads(control.recv_bytes())
             except (EOFError, OSError):  # the host is gone
                 member.stop()
                 return
             if command == "exit":
-                control.send_bytes(pickle.dumps((number, "ok", None, [])))
+                control.send_bytes(codec.dumps((number, "ok", None, [])))
                 return
             try:
                 reply: tuple[Any, ...] = (number, "ok", getattr(commands, command)(*args))
             except BaseException as exc:
                 reply = (number, "error", describe(exc))
             reply = (*reply, _warnings(member))
-            control.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+            control.send_bytes(codec.dumps(reply))
     finally:
         member.engine.error_reported = True  # the host reports it (proc.hook-error)
         member.disconnect_standins()

@@ -18,6 +18,7 @@ from typing import Any
 
 from .._errors import HookError, MujouInternalError, ProcessError
 from .._node import Node
+from . import _codec as codec
 from ._member import Failure
 
 EXIT_GRACE = 10.0  # real seconds a process is given to exit after the run stopped
@@ -60,7 +61,7 @@ class Group:
         self._lock.acquire()
         self._sent += 1
         try:
-            data = pickle.dumps((self._sent, command, *args), protocol=pickle.HIGHEST_PROTOCOL)
+            data = codec.dumps((self._sent, command, *args))
             self._control.send_bytes(data)
         except OSError:
             self._lock.release()
@@ -75,7 +76,7 @@ class Group:
         try:
             while True:
                 try:
-                    number, status, payload, warned = pickle.loads(self._control.recv_bytes())
+                    number, status, payload, warned = codec.loads(self._control.recv_bytes())
                 except (EOFError, OSError):
                     raise self.died() from None
                 if number == self._sent:
@@ -107,7 +108,7 @@ class Group:
     def _read_events(self) -> None:
         while True:
             try:
-                event = pickle.loads(self._events.recv_bytes())
+                event = codec.loads(self._events.recv_bytes())
             except (EOFError, OSError):
                 if not self.closed:
                     self._on_event(self, ("died",))

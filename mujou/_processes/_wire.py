@@ -17,11 +17,10 @@ sender's messages, skipped ones included, so ``coalesced`` counts them as in one
 
 from __future__ import annotations
 
-import multiprocessing
 import pickle
 import threading
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
@@ -171,75 +170,63 @@ class Pipe:
 
 
 class Receiver:
-    """The thread that publishes the messages other processes send here (real-time timer)."""
+    """The threads that publish the messages other processes send here (real-time timer).
+
+    One thread per process that sends here, blocked in a read of its pipe (no poll, no
+    selector): each record is taken as it comes, and reads the newest slot of its output, so
+    a reader that falls behind skips to the latest message (proc.latest-value). A thread ends
+    when its sender's process closes the pipe (it stopped, or died).
+    """
 
     def __init__(self, engine: Engine, standins: Standins, connections: Sequence[Connection]) -> None:
         self.engine = engine
         self.standins = standins
-        self._connections = list(connections)
         self._readers: dict[str, RingReader] = {}
         self._published: dict[str, int] = {}  # the number of the latest message published
-        self._stop_read, self._stop_write = _pipe_pair()
-        self._thread = threading.Thread(target=self._main, name="mujou-ports-in", daemon=True)
+        self._stopped = False
+        self._threads = [
+            threading.Thread(target=self._main, args=(connection,), name="mujou-ports-in", daemon=True)
+            for connection in connections
+        ]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
-        self._stop_write.send_bytes(b"")
-        self._thread.join()
-        self._stop_write.close()
-        self._stop_read.close()
+        """Publish nothing more (the threads end with their senders' pipes)."""
+        self._stopped = True
 
-    def _main(self) -> None:
-        live = [*self._connections, self._stop_read]
-        pending: dict[str, tuple[int, Rest]] = {}
+    def _main(self, connection: Connection) -> None:
         while True:
-            for ready in wait(live):
-                assert isinstance(ready, Connection)
-                if ready is self._stop_read:
-                    return
-                try:
-                    while True:  # drain what is there: only the newest of each output counts
-                        self._take(pickle.loads(ready.recv_bytes()), pending)
-                        if not ready.poll():
-                            break
-                except (EOFError, OSError):
-                    live.remove(ready)  # the sender's process ended
-            for name in list(pending):
-                number, rest = pending[name]
-                if self._publish(name, number, rest):
-                    del pending[name]
+            try:
+                record = pickle.loads(connection.recv_bytes())
+            except (EOFError, OSError):
+                return  # the sender's process ended
+            if self._stopped:
+                continue
+            if record[0] == "announce":
+                _, name, announce = record
+                reader = self._readers.get(name)
+                if reader is None:
+                    self._readers[name] = RingReader(announce)
+                else:
+                    reader.reannounce(announce)
+                continue
+            self._publish(*record)
 
-    def _take(self, record: tuple[Any, ...], pending: dict[str, tuple[int, Rest]]) -> None:
-        if record[0] == "announce":
-            _, name, announce = record
-            reader = self._readers.get(name)
-            if reader is None:
-                self._readers[name] = RingReader(announce)
-            else:
-                reader.reannounce(announce)
-            return
-        name, number, rest = record
-        pending[name] = (number, rest)
-
-    def _publish(self, name: str, number: int, rest: Rest) -> bool:
-        """Publish the newest slot of ``name``; False when it is newer than the record and the
-        record of its nest's structure is still on the way."""
+    def _publish(self, name: str, number: int, rest: Rest) -> None:
+        """Publish the newest slot of ``name``, unless it is out already, or it is newer than
+        the record and its nest's structure comes with a later record."""
         got = self._readers[name].latest()
         if got is None:
-            return True
+            return
         slot_number, stamp, tensors = got
         if slot_number <= self._published.get(name, 0):
-            return True  # published already, by an earlier record that found it newest
+            return  # published already, by an earlier record that found it newest
         if rest is not None and slot_number != number:
-            return False
+            return
         self._published[name] = slot_number
         message, nest = joined(tensors, rest)
         if not self.engine.ended:
             self.standins.publish(self.engine, name, message, nest, stamp=stamp, number=slot_number)
-        return True
-
-
-def _pipe_pair() -> tuple[Connection, Connection]:
-    return multiprocessing.Pipe(duplex=False)
