@@ -114,10 +114,8 @@ class Run:
         if not in_hook_thread():
             self._engine.hooks.flush_warnings(stacklevel=2)
         checked = self._port(port)
-        group = self._group_of(checked)
-        if group is not None:
-            self._engine.raise_error()
-            return cast("M | None", group.call("read", checked.name))
+        if self._processes is not None and self._group_of(checked) is not None:
+            return cast("M | None", self._processes.read(checked))
         message = checked._message()
         return None if message is None else cast("M", cpu_copy(message))
 

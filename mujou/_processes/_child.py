@@ -227,6 +227,16 @@ class _Commands:
     def time(self) -> float:
         return self.member.engine.time()
 
+    def final(self) -> Any:
+        """What the host keeps of this process once the run has ended (run.state-after-error):
+        the state tree (or the error taking it raised), the stats, each port's latest message."""
+        try:
+            tree: Any = self.member.engine.state_tree()
+        except Exception as exc:
+            tree = describe(exc)
+        latest = {name: self.member.read(name) for name in self.member.ports}
+        return tree, self.member.stats(), latest
+
     def stop(self) -> Any:
         self.member.stop()
         return self.member.failure()

@@ -64,6 +64,7 @@ class Processes:
         # The host's objects of ports mirrored, with what they held before: given back at the end.
         self._mirrored: dict[int, tuple[_Port, Latest | None]] = {}
         self._stopping = False
+        self._final: dict[str, tuple[Any, RunStats, dict[str, Any]]] = {}  # by group, once ended
         self._stop_lock = threading.Lock()
         self.closed = False
         _live.add(self)
@@ -397,13 +398,35 @@ class Processes:
 
         return undo
 
+    def _ended(self, part: int) -> dict[str, Any]:
+        """Part ``part`` of what each process left when the run ended; ProcessError for one
+        that died (its state is lost: proc.died)."""
+        for name, group in self.groups.items():
+            if name not in self._final:
+                raise ProcessError(name, group.process.exitcode, group.node_names)
+        return {name: final[part] for name, final in self._final.items()}
+
+    def read(self, port: _Port) -> Any:
+        """The latest message of another process's ``port``, a CPU copy (run.read)."""
+        group = self.group_of(port.node)
+        assert group is not None
+        if self.closed:
+            return self._ended(2)[group.name][port.name]
+        return group.call("read", port.name)
+
     def state_tree(self) -> dict[str, Any]:
-        trees = self.all("state")
+        if self.closed:
+            trees = self._ended(0)
+            for name, tree in trees.items():
+                if isinstance(tree, tuple):  # the error that taking it raised
+                    raise rebuild_failure(tree, name)
+        else:
+            trees = self.all("state")
         trees[HOST] = self.host.engine.state_tree()
         return merge_trees(self.nodes, self.placement, trees, self.host.engine.time())
 
     def stats(self) -> RunStats:
-        stats = self.all("stats")
+        stats = self._ended(1) if self.closed else self.all("stats")
         stats[HOST] = self.host.stats()
         return merge_stats(self.nodes, self.placement, stats, self.host.engine.time())
 
@@ -424,10 +447,15 @@ class Processes:
         self.close()
 
     def close(self) -> None:
+        """End the processes, keeping what the host's calls read after the end (their state
+        tree, stats and latest messages: run.state-after-error)."""
         if self.closed:
             return
         self.closed = True
-        for group in self.groups.values():
+        for name, group in self.groups.items():
+            if not group.dead:
+                with contextlib.suppress(ProcessError):
+                    self._final[name] = group.call("final")
             group.close()
         self.host.disconnect_standins()
         for port, latest in self._mirrored.values():
