@@ -407,7 +407,8 @@ class Run:
             elif error is not None:
                 state += f", failed ({type(error).__name__})"
             timer = "virtual" if engine.virtual else "real-time"
-            workers = f"{engine.workers} worker{'' if engine.workers == 1 else 's'}"
+            count = self.workers
+            workers = f"{count} worker{'' if count == 1 else 's'}"
             return (
                 f"<mujou.Run of {type(self._net).__name__}: {state}, t={engine.time():.3f} s, "
                 f"{workers}, {timer} timer>"
