@@ -151,6 +151,8 @@ def _process_workers(placement: Placement, workers: int | None) -> dict[str, int
         on_workers = sum(1 for node in placement.nodes_of(name) if not node.dedicated_thread)
         if workers is None:
             counts[name] = default_workers(on_workers, cpus=usable_cpus(), gil=gil_enabled())
+            if name == HOST and not placement.host:
+                counts[name] = 1  # an engine ends when its last thread does: it needs one
         else:
             counts[name] = workers
     return counts

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .._engine._collect import stopping_now
 from .._errors import HookError, MujouInternalError, ProcessError
 from .._net import Net
 from .._node import Node
@@ -256,12 +257,16 @@ class Processes:
         """
         host, engine = self.host, self.host.engine
         policy = engine.policy
+        if self.closed or stopping_now(policy):  # the run has ended, or is ending: no tag runs
+            with engine.lock:
+                engine.host_wait(lambda: engine.ended)
+            return done() if done is not None else False
         self.all("begin_advance")
         host.begin_advance()
         dues = self.all("next_due")
         dues[HOST] = host.next_due()
         while True:
-            if policy.stopping:
+            if stopping_now(policy):
                 with engine.lock:
                     engine.host_wait(lambda: engine.ended)
                 break
