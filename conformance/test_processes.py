@@ -235,8 +235,10 @@ def test_trace_with_processes_is_refused_for_now(tmp_path: Path) -> None:
 
 
 @pytest.mark.rule("proc.copied")
-def test_an_unpicklable_attribute_is_named_before_anything_starts(clean: Callable[[], None]) -> None:
-    net: Any = Bag(home=Marker("unused"), locked=Locked())
+def test_an_unpicklable_attribute_is_named_before_anything_starts(
+    tmp_path: Path, clean: Callable[[], None]
+) -> None:
+    net: Any = Bag(home=Marker(str(tmp_path / "home")), locked=Locked())
     with pytest.raises(TypeError) as info:
         mujou.run(net, timer=vt(), processes={"g": net.locked})
     message = str(info.value)
@@ -447,11 +449,11 @@ def test_messages_cross_whole_and_in_order_under_the_real_time_timer(clean: Call
     processes = {"tx": [net.sender, net.stamp_log, net.pinger], "rx": [net.checker, net.ponger]}
     with mujou.run(net, timer=mujou.RealTimeTimer(), workers=1, processes=processes) as run:
         # A ping-pong of triggered nodes in two processes: each hop is a wake-up of the other
-        # process (proc.wake). 300 round trips fit in the timeout many times over; a timed
-        # poll on the path of each hop would not.
+        # process (proc.wake). 500 round trips take well under a second here; a timed poll of
+        # 50 ms on the path of each round trip would take longer than the timeout.
         run.write(net.pinger.kick, torch.tensor(0.0))
-        ball = run.wait_for(net.pinger.ball, lambda m: float(m) >= 300.0, timeout=20.0)
-        assert float(ball) >= 300.0
+        ball = run.wait_for(net.pinger.ball, lambda m: float(m) >= 500.0, timeout=20.0)
+        assert float(ball) >= 500.0
         seen = run.wait_for(net.checker.seen, lambda m: float(m) >= 150.0, timeout=20.0)
         assert float(seen) >= 150.0
         tree = run.state_dict()
