@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 import mujou
-from mujou import Input, Net, Node, NodeList, Output
+from mujou import Input, Net, Node, NodeDict, NodeList, Output
 
 # --- the virtual-timer net: periodic and triggered nodes drawing from their generators ------
 
@@ -496,7 +496,7 @@ class Inner(Net):
         super().__init__()
         self.first = Contextual("first", seed=7)
         self.second = Contextual("second", seed=7)
-        self.third = Contextual("third", seed=8)
+        self.extra = NodeDict({"third": Contextual("third", seed=8)})
 
 
 class Inside(Net):

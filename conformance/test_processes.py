@@ -659,17 +659,23 @@ def test_inside_a_process_the_rules_of_one_process_hold(tmp_path: Path, clean: C
     # Placement: the NodeList's node in one process, the sub-net's nodes together in another.
     pids = {home["pid"], solo["pid"], inner["first"]["pid"]}
     assert home["pid"] == os.getpid() and len(pids) == 3
-    assert inner["first"]["pid"] == inner["second"]["pid"] == inner["third"]["pid"]
+    assert inner["first"]["pid"] == inner["second"]["pid"] == inner["extra"]["third"]["pid"]
     # Each node has its own context (set in on_start, seen in every update) and generator.
-    for name, node in (("home", home), *((n, inner[n]) for n in ("first", "second", "third"))):
+    nodes = [
+        ("home", home),
+        ("first", inner["first"]),
+        ("second", inner["second"]),
+        ("third", inner["extra"]["third"]),
+    ]
+    for name, node in nodes:
         assert node["tags"] == [name] * 10, (name, node["tags"])
         assert node["overlaps"] == 0
     assert torch.equal(inner["first"]["last"], inner["second"]["last"])
     assert torch.equal(inner["first"]["last"], home["last"])
-    assert not torch.equal(inner["first"]["last"], inner["third"]["last"])
+    assert not torch.equal(inner["first"]["last"], inner["extra"]["third"]["last"])
     # The host's torch settings that Mujou gives each process.
     settings = (torch.float64, torch.get_num_threads(), True)
-    assert home["settings"] == inner["first"]["settings"] == inner["third"]["settings"] == settings
+    assert home["settings"] == inner["first"]["settings"] == inner["extra"]["third"]["settings"] == settings
     assert home["last"].dtype == inner["first"]["last"].dtype == torch.float64
     # workers=2: two workers in each process (proc.workers).
     assert home["workers"] == 2 and inner["first"]["workers"] == 2 and solo["workers"] == 2
@@ -681,12 +687,15 @@ def test_inside_a_process_the_rules_of_one_process_hold(tmp_path: Path, clean: C
     clean()
 
 
-@pytest.mark.rule("proc.workers")
+@pytest.mark.rule("proc.workers", "proc.placement")
 def test_workers_none_lets_each_process_choose_from_its_own_nodes(
     tmp_path: Path, clean: Callable[[], None]
 ) -> None:
     net = Inside(tmp_path)
-    with mujou.run(net, timer=vt(), processes={"solo": net.solo, "inner": net.inner}) as run:
+    # Groups as a tuple of a node, and as a list of nodes and a NodeDict (proc.placement).
+    processes = {"solo": (net.solo[0],), "inner": [net.inner.first, net.inner.second, net.inner.extra]}
+    with mujou.run(net, timer=vt(), processes=processes) as run:
+        assert children() == ["mujou-inner", "mujou-solo"]
         run.sleep(0.2)
         tree = run.state_dict()
         workers = (run.workers, run.stats().workers, len(run.stats().worker_busy))
@@ -698,6 +707,9 @@ def test_workers_none_lets_each_process_choose_from_its_own_nodes(
     assert tree["home"]["workers"] == min(one_process, 1)  # one node on the host's workers
     total = tree["home"]["workers"] + tree["inner"]["first"]["workers"]
     assert workers == (total, total, total)
+    inner = tree["inner"]
+    assert inner["first"]["pid"] == inner["second"]["pid"] == inner["extra"]["third"]["pid"]
+    assert len({tree["home"]["pid"], tree["solo"]["0"]["pid"], inner["first"]["pid"]}) == 3
     clean()
 
 
