@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 import mujou
-from mujou import Input, Net, Node, NodeList, Output
+from mujou import Input, Net, Node, NodeDict, NodeList, Output
 
 # --- the virtual-timer net: periodic and triggered nodes drawing from their generators ------
 
@@ -392,6 +392,13 @@ class Failer(Node):
             explode_in_child(self.count)
 
 
+class RefusalError(Exception):
+    """An exception that pickles but cannot be unpickled (its ``__init__`` takes two arguments)."""
+
+    def __init__(self, text: str, code: int) -> None:
+        super().__init__(f"{text} (code {code})")
+
+
 class StartFailer(Node):
     """Its on_start raises."""
 
@@ -399,7 +406,7 @@ class StartFailer(Node):
         super().__init__(period=0.1, seed=0)
 
     def on_start(self) -> None:
-        raise ValueError("no device here")
+        raise RefusalError("no device here", 3)
 
 
 class Failing(Net):
@@ -463,9 +470,15 @@ class Contextual(Node):
         self.inside = False
         self.overlaps = 0
         self.workers = -1
+        self.settings: tuple[torch.dtype, int, bool] | None = None
 
     def on_start(self) -> None:
         self.pid = os.getpid()
+        self.settings = (
+            torch.get_default_dtype(),
+            torch.get_num_threads(),
+            torch.are_deterministic_algorithms_enabled(),
+        )
         TAG.set(self.tag)
 
     def on_update(self, dt: float) -> None:
@@ -483,7 +496,7 @@ class Inner(Net):
         super().__init__()
         self.first = Contextual("first", seed=7)
         self.second = Contextual("second", seed=7)
-        self.third = Contextual("third", seed=8)
+        self.extra = NodeDict({"third": Contextual("third", seed=8)})
 
 
 class Inside(Net):
