@@ -442,13 +442,6 @@ def test_the_host_calls_work_on_the_nodes_of_a_process(clean: Callable[[], None]
 
 
 @pytest.mark.rule("proc.host-api")
-@pytest.mark.xfail(
-    strict=True,
-    reason="run.join() after the run ended raises ProcessError '(exit code 0)' instead of "
-    "returning: Run.join -> Run._advance -> Processes.advance (mujou/_processes/_host.py) "
-    "sends begin_advance to the processes, which have exited, without checking that the "
-    "run has ended",
-)
 def test_join_returns_after_the_run_ended(clean: Callable[[], None]) -> None:
     net = HostCalls()
     inputs = {net.counter.cmd: torch.tensor(2.0)}
@@ -576,14 +569,6 @@ def in_a_thread(call: Callable[[], object]) -> list[object]:
 
 
 @pytest.mark.rule("proc.placement")
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run with no node on the host never ends: with workers=None the host's engine "
-    "gets 0 workers (mujou/_start.py _process_workers: default_workers(0, ...) is 0), and "
-    "Engine sets ended only when its last thread exits (mujou/_engine/_lifecycle.py "
-    "thread_exited -> _end), so Engine.stop's host_wait(lambda: self.ended) waits forever; "
-    "run.stop() hangs, and so does mujou.run when an on_start fails in a process",
-)
 def test_every_node_may_be_in_a_process(clean: Callable[[], None]) -> None:
     net: Any = Bag(only=Source(0.1, seed=1))
 
@@ -627,12 +612,6 @@ def test_a_process_that_dies_stops_the_run(tmp_path: Path, clean: Callable[[], N
     assert net.host_marker.stopped
     assert (tmp_path / "ok").read_text().startswith("stopped after ")
     clean()
-    if error.exitcode is None:
-        pytest.xfail(
-            "race: Group.died() (mujou/_processes/_group.py) runs on the event thread and on the "
-            "host's calling thread at once; both process.join(), one waitpid gets ECHILD, and "
-            "the ProcessError reported first has exitcode None"
-        )
     assert error.exitcode == -9 and "SIGKILL" in message, message
 
 

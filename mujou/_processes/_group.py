@@ -50,6 +50,8 @@ class Group:
         self._taken = 0  # events handled so far
         self._taken_changed = threading.Condition()
         self.dead = False
+        self._death: ProcessError | None = None
+        self._death_lock = threading.Lock()
         self.closed = False
         self._reader = threading.Thread(target=self._read_events, name=f"mujou-process-{name}", daemon=True)
 
@@ -94,10 +96,14 @@ class Group:
         return self.receive()
 
     def died(self) -> ProcessError:
-        """The error of this process's unexpected end (its exit code, once it has one)."""
-        self.dead = True
-        self.process.join(1.0)
-        return ProcessError(self.name, self.process.exitcode, self.node_names)
+        """The error of this process's unexpected end, with its exit code: the same error for
+        every thread that finds it dead (one of them reaps the process; the others wait)."""
+        with self._death_lock:
+            if self._death is None:
+                self.dead = True
+                self.process.join(EXIT_GRACE)
+                self._death = ProcessError(self.name, self.process.exitcode, self.node_names)
+            return self._death
 
     def wait_events(self, count: int) -> None:
         """Wait until the event thread has handled the first ``count`` events."""
