@@ -267,8 +267,31 @@ def probe(system: str) -> str | None:
     return lines[-1] if lines else f"import failed ({done.returncode})"
 
 
+def _busy_seconds() -> float | None:
+    """CPU seconds the whole machine spent busy since boot (Linux: /proc/stat), or None."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(value) for value in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    """CPU seconds of this process's ended children (and of their ended children)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(case: Case) -> dict[str, Any]:
-    """Run one case in a fresh process; its result object (``ok``, ``metrics`` or ``error``)."""
+    """Run one case in a fresh process; its result object (``ok``, ``metrics`` or ``error``).
+
+    ``others_cpu`` is the CPU the rest of the machine used meanwhile, in cores: the machine's
+    busy time less the case's own (its processes' and theirs), over the case's wall time. A
+    figure measured while others used a good part of a core is disturbed: rerun it.
+    """
+    busy, own = _busy_seconds(), _own_seconds()
     command = [
         sys.executable,
         "-m",
@@ -292,6 +315,11 @@ def measure(case: Case) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         error = f"did not finish within {case.timeout:.0f} s"
         return {"ok": False, "error": error, "timeout": True, "wall_seconds": case.timeout}
+    wall = time.perf_counter() - began
+    after = _busy_seconds()
+    others = (
+        None if busy is None or after is None else max(0.0, (after - busy) - (_own_seconds() - own)) / wall
+    )
     result: dict[str, Any] | None = None
     for line in done.stdout.splitlines():
         if line.startswith(MARKER):
@@ -301,7 +329,8 @@ def measure(case: Case) -> dict[str, Any]:
         result = {"ok": False, "error": f"exit status {done.returncode}: " + " | ".join(tail)}
     elif not result["ok"]:
         result["stderr_tail"] = done.stderr[-2000:]
-    result["wall_seconds"] = time.perf_counter() - began
+    result["wall_seconds"] = wall
+    result["others_cpu"] = others
     return result
 
 
@@ -944,6 +973,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = measure(case)
                 result["mujou_source"] = source
                 result["load_before"] = load
+                others = result.get("others_cpu")
                 outcome.runs.append(result)
                 record = {
                     "type": "run",
@@ -959,7 +989,8 @@ def main(argv: list[str] | None = None) -> int:
                 shown = _format(case.workload, result["metrics"]) if result["ok"] else result["error"]
                 step = f"{repeat + 1}/{durations.repeats}"
                 line = f"[{elapsed:5.0f} s] {step} {case.system:40} {case.workload:17} {shown}"
-                print(f"{line} (load {load:.2f})", flush=True)
+                busy = "" if others is None else f", others used {others:.2f} cores"
+                print(f"{line} (load {load:.2f}{busy})", flush=True)
         for (system, workload), outcome in results.items():
             out.write(
                 json.dumps(
