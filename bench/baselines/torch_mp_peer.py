@@ -1,8 +1,8 @@
 """torch.multiprocessing, the usual way to hand tensors from one Python process to another.
 
 - ``cross_process``: a spawned sender process puts a fresh float64 tensor in a
-  ``torch.multiprocessing.Queue`` every CROSS_PERIOD (or ``period``) (the time just before ``put`` in [0],
-  the number in [1]); this process ``get``\\ s them. The queue moves each tensor's storage into
+  ``torch.multiprocessing.Queue`` every CROSS_PERIOD, or ``period`` (the time just before
+  ``put`` in [0], the number in [1]); this process gets them. The queue moves each tensor's storage into
   shared memory and passes its file descriptor (torch's default ``file_descriptor``
   strategy), the receiver fetching it from the sender.
 - ``fleet_processes``: the planners' updates with no framework at all, back to back in one
@@ -33,6 +33,7 @@ READY_TIMEOUT = 60.0  # seconds for a spawned process to import torch and start
 
 
 def _send(q: Any, ready: Any, nbytes: int, seconds: float, period: float) -> None:
+    """The sender process: a fresh tensor every ``period`` for ``seconds``, then None."""
     torch.set_num_threads(1)
     elements = max(2, nbytes // 8)
     ready.put(True)
