@@ -154,6 +154,8 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
     """Every measurement of one repeat, in the order they run."""
     found: list[Case] = []
     limit = durations.limit
+    every = systems
+    systems = [system for system in systems if system not in PROCESS_PEERS]  # theirs come last
     for n in durations.sizes:
         seconds = durations.fleet_largest if n >= 10000 else durations.fleet
         for system in systems:
@@ -184,7 +186,7 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
             if system in (MUJOU_1, MUJOU_2) and workload in ("trigger-latency", "chain-10"):
                 given["workers"] = 1 if system == MUJOU_1 else 2
             found.append(Case(system, workload, function, given, limit))
-    return found + plan_processes(durations, systems)
+    return found + plan_processes(durations, every)
 
 
 def plan_processes(durations: Durations, systems: list[str]) -> list[Case]:
