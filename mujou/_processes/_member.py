@@ -86,7 +86,8 @@ class Member:
 
     def crossings(self) -> list[Crossing]:
         """The latest message of each output read elsewhere (after on_start, for the readers)."""
-        return [split(port) for port in self.forwarders.outputs.values() if port._latest is not None]
+        outputs = self.forwarders.outputs
+        return [split(port, name) for name, port in outputs.items() if port._latest is not None]
 
     def apply(self, crossings: Sequence[Crossing], *, wake: bool = True) -> None:
         """Publish messages from other processes on the stand-ins, then wake their readers,

@@ -47,17 +47,18 @@ def make_standin(name: str) -> Output[Any]:
     return standin
 
 
-def split(port: Output[Any]) -> Crossing:
-    """The latest message of ``port`` as it crosses: its tensors (on the CPU) and the rest."""
+def split(port: Output[Any], name: str) -> Crossing:
+    """The latest message of ``port`` (named ``name``) as it crosses: its tensors (on the
+    CPU) and the rest."""
     latest = port._latest
     assert latest is not None
     message, _, nest, stamp, number = latest
     if nest is None:
-        return port.name, [message.cpu()], None, stamp, number
+        return name, [message.cpu()], None, stamp, number
     positions = tuple(i for i, leaf in enumerate(nest.leaves) if isinstance(leaf, torch.Tensor))
     tensors = [nest.leaves[i].cpu() for i in positions]
     holes = [0 if isinstance(leaf, torch.Tensor) else leaf for leaf in nest.leaves]
-    return port.name, tensors, (rebuild(nest.spec, holes), positions), stamp, number
+    return name, tensors, (rebuild(nest.spec, holes), positions), stamp, number
 
 
 def joined(tensors: Sequence[torch.Tensor], rest: Rest) -> tuple[Any, Nest | None]:
@@ -114,7 +115,7 @@ class Forwarders:
         """Forward from now on: ``pipes`` gives the pipes of each output's reader processes."""
         self._pipes = pipes
         for name, port in self.outputs.items():
-            watcher = self._collector(port) if self.virtual else self._sender(port, name)
+            watcher = self._collector(port, name) if self.virtual else self._sender(port, name)
             port._add_watcher(watcher)
             self._watchers.append((port, watcher))
 
@@ -126,11 +127,11 @@ class Forwarders:
             ring.close()
         self._rings.clear()
 
-    def _collector(self, port: Output[Any]) -> Callable[[Any], None]:
+    def _collector(self, port: Output[Any], name: str) -> Callable[[Any], None]:
         outbox = self.outbox
 
         def collect(message: Any) -> None:
-            outbox.append(split(port))
+            outbox.append(split(port, name))
 
         return collect
 
@@ -139,7 +140,7 @@ class Forwarders:
         pipes = self._pipes[name]
 
         def send(message: Any) -> None:
-            _, tensors, rest, stamp, number = split(port)
+            _, tensors, rest, stamp, number = split(port, name)
             announce = ring.write(tensors, stamp, number)
             record = pickle.dumps((name, number, rest), protocol=pickle.HIGHEST_PROTOCOL)
             shared = None if announce is None else bytes(ForkingPickler.dumps(("announce", name, announce)))
