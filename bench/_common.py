@@ -9,11 +9,12 @@ below turn them into the figures of the table in the same way for every system.
 from __future__ import annotations
 
 import math
+import os
 import random
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -28,6 +29,10 @@ TRIGGER_PERIOD = 0.001  # trigger-latency: the sender sends every millisecond
 CHAIN_LENGTH = 10  # chain-10: the triggered nodes after the periodic source
 CHAIN_PERIOD = 0.002  # chain-10: the source sends every 2 ms
 WARM_UP = 0.2  # the events of the first 0.2 s of the trigger workloads are not counted
+CROSS_SIZES = (256, 65536, 1 << 20)  # cross-process: the message sizes, in bytes
+CROSS_PERIOD = 0.001  # cross-process: the sender sends every millisecond
+PYTHON_STEPS = 5600  # fleet-processes: pure-Python steps per update, about 200 µs here
+FLEET_PROCESSES_N = 8  # fleet-processes: the planners in the ring
 
 Metrics = dict[str, Any]
 Update = Callable[[float], None]  # a baseline's update, called with its due time (from the origin)
@@ -332,6 +337,45 @@ def _micro(latencies: list[float]) -> Metrics:
         "latency_p99_us": 1e6 * percentile(ordered, 0.99),
         "latency_max_us": 1e6 * (ordered[-1] if ordered else math.nan),
     }
+
+
+def python_work(x: float, steps: int) -> float:
+    """A Python-bound update: ``steps`` of plain float arithmetic, holding the GIL throughout."""
+    for _ in range(steps):
+        x = x * 0.999 + 0.001
+    return x
+
+
+def cross_metrics(sent: Sequence[float], read: Sequence[float], keys: Sequence[int], nbytes: int) -> Metrics:
+    """Send-to-read latencies (µs) of the messages read after WARM_UP, from the monotonic
+    times carried in them (``sent``) and taken by the reader (``read``).
+
+    ``missed`` counts the numbers (``keys``) between the first and the last message read
+    that no read saw: coalesced, the reader having been late.
+    """
+    if not sent:
+        return {"bytes": nbytes, "events": 0, "missed": 0, **_micro([])}
+    first = sent[0] + WARM_UP
+    latencies = [r - s for s, r in zip(sent, read, strict=True) if s >= first]
+    counted = [k for s, k in zip(sent, keys, strict=True) if s >= first]
+    missed = (counted[-1] - counted[0] + 1 - len(set(counted))) if counted else 0
+    return {"bytes": nbytes, "events": len(latencies), "missed": missed, **_micro(latencies)}
+
+
+def open_fds(pid: int) -> int:
+    """How many descriptors process ``pid`` has open (Linux: /proc/PID/fd)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def shm_segments() -> int:
+    """How many named shared-memory segments exist (/dev/shm), of every process."""
+    try:
+        return len(os.listdir("/dev/shm"))
+    except OSError:
+        return 0
 
 
 class Runner(Protocol):

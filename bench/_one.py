@@ -20,6 +20,8 @@ MARKER = "BENCH-RESULT "
 
 SYSTEMS = {
     "mujou": "bench.mujou_system",
+    "mujou_processes": "bench.mujou_processes",
+    "torch_mp": "bench.baselines.torch_mp_peer",
     "asyncio": "bench.baselines.asyncio_tasks",
     "threads": "bench.baselines.thread_per_node",
     "heap_pool": "bench.baselines.heap_pool",

@@ -6,14 +6,19 @@ The workloads (``--only``): fleet-10, fleet-100, fleet-1000, fleet-10000, dispat
 dispatch-virtual, echo, idle; and those of event-triggered nodes: trigger-latency (send to
 start of a triggered node), echo-triggered (the host round trip through a triggered echo),
 chain-10 (10 triggered nodes in a row, end to end), microsteps (triggered updates per second
-under the virtual timer).
+under the virtual timer); and those of processes (``mujou.run(net, processes=...)``):
+cross-process-256B, cross-process-64KiB, cross-process-1MiB (send to read, a sender in one
+process and a triggered reader in another), fleet-processes (Python-bound nodes in one
+process, then over two), tags-virtual-2p (virtual-timer tags per second with a node in each
+of two processes) and soak (the hand-off for ``--soak-seconds``, counting the descriptors
+and shared-memory segments).
 
 Each measurement runs in a fresh process (``python -m bench._one``); the repeats are
 interleaved (all systems once, then all again), so that a slow minute of the machine does
 not fall on one system only. Writes ``DIR/results.jsonl`` (the machine, then one object per
 system × workload × repeat, then the medians and the targets) and ``DIR/results.md`` (the
-tables), and prints the tables. The default run takes about 15 minutes on 2 cores, ``--quick``
-under 4.
+tables), and prints the tables. The default run takes about 22 minutes on 2 cores (7 of them the
+workloads of processes), ``--quick`` about 6.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import math
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -49,7 +55,9 @@ ASYNCIO, THREADS, POOL = (
     "a plain heap + worker pool, 1 worker",
 )
 HOLOSCAN, EZMSG = "NVIDIA Holoscan, Python operators", "ezmsg"
-SYSTEMS = (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG)
+TORCH_MP, TORCH_MP_SLOW = "torch.multiprocessing", "torch.multiprocessing, 100 Hz"
+SYSTEMS = (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG, TORCH_MP, TORCH_MP_SLOW)
+PROCESS_PEERS = (TORCH_MP, TORCH_MP_SLOW)  # in the tables of processes only
 PEERS = {HOLOSCAN: ("holoscan", "holoscan"), EZMSG: ("ezmsg", "ezmsg.core")}  # label: (system, module)
 MODULE_OF = {
     MUJOU_1: "mujou",
@@ -59,6 +67,8 @@ MODULE_OF = {
     POOL: "heap_pool",
     HOLOSCAN: "holoscan",
     EZMSG: "ezmsg",
+    TORCH_MP: "torch_mp",
+    TORCH_MP_SLOW: "torch_mp",
 }
 
 
@@ -73,6 +83,10 @@ class Durations:
     trigger: float  # each of the trigger workloads, after a 0.2 s warm-up
     repeats: int
     limit: float  # a process still running after this many seconds did not finish
+    cross: float = 2.0  # each cross-process run, after a 0.2 s warm-up
+    fleet_processes: float = 3.0  # each of its two runs (one process, two)
+    tags: float = 2.0  # each of the two runs of tags-virtual-2p
+    soak: float = 10.0  # the soak (--soak-seconds); run once, not repeated
 
 
 FULL = Durations(
@@ -96,6 +110,10 @@ QUICK = Durations(
     trigger=1.0,
     repeats=1,
     limit=30.0,
+    cross=1.0,
+    fleet_processes=1.5,
+    tags=1.0,
+    soak=5.0,
 )
 SLOW = 20.0  # a run that took longer than this (set-up) is not repeated: its one run is its median
 
@@ -114,6 +132,11 @@ TRIGGER_WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
     "microsteps": ("microsteps", (MUJOU_1,)),
 }
 
+# The workloads of processes: workload -> message size in bytes (the cross-process hand-off).
+CROSS_WORKLOADS = {"cross-process-256B": 256, "cross-process-64KiB": 65536, "cross-process-1MiB": 1 << 20}
+PROCESS_WORKLOADS = (*CROSS_WORKLOADS, "fleet-processes", "tags-virtual-2p", "soak")
+MEASURED_LONG = {"fleet_processes", "tags_virtual", "soak"}  # over SLOW by their own length: repeated
+
 
 @dataclass(frozen=True)
 class Case:
@@ -124,12 +147,15 @@ class Case:
     function: str  # the module's function
     params: dict[str, Any]
     timeout: float
+    module: str | None = None  # bench._one's system, when not MODULE_OF[system]
 
 
 def plan(durations: Durations, systems: list[str]) -> list[Case]:
     """Every measurement of one repeat, in the order they run."""
     found: list[Case] = []
     limit = durations.limit
+    every = systems
+    systems = [system for system in systems if system not in PROCESS_PEERS]  # theirs come last
     for n in durations.sizes:
         seconds = durations.fleet_largest if n >= 10000 else durations.fleet
         for system in systems:
@@ -160,6 +186,32 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
             if system in (MUJOU_1, MUJOU_2) and workload in ("trigger-latency", "chain-10"):
                 given["workers"] = 1 if system == MUJOU_1 else 2
             found.append(Case(system, workload, function, given, limit))
+    return found + plan_processes(durations, every)
+
+
+def plan_processes(durations: Durations, systems: list[str]) -> list[Case]:
+    """The cases of processes: Mujou (one worker per process), torch.multiprocessing, ezmsg."""
+    found: list[Case] = []
+    limit = durations.limit
+    for workload, nbytes in CROSS_WORKLOADS.items():
+        params = {"nbytes": nbytes, "seconds": durations.cross}
+        for system in systems:
+            if system == MUJOU_1:
+                found.append(Case(system, workload, "cross_process", params, limit, "mujou_processes"))
+            elif system in (TORCH_MP, EZMSG):
+                found.append(Case(system, workload, "cross_process", params, limit))
+            elif system == TORCH_MP_SLOW:
+                found.append(Case(system, workload, "cross_process", {**params, "period": 0.01}, limit))
+    fleet = {"seconds": durations.fleet_processes}
+    tags = {"seconds": durations.tags}
+    soak = {"seconds": durations.soak}
+    for system in systems:
+        if system == MUJOU_1:
+            found.append(Case(system, "fleet-processes", "fleet_processes", fleet, limit, "mujou_processes"))
+            found.append(Case(system, "tags-virtual-2p", "tags_virtual", tags, limit, "mujou_processes"))
+            found.append(Case(system, "soak", "soak", soak, limit + durations.soak, "mujou_processes"))
+        elif system == TORCH_MP:
+            found.append(Case(system, "fleet-processes", "fleet_processes", fleet, limit))
     return found
 
 
@@ -217,13 +269,72 @@ def probe(system: str) -> str | None:
     return lines[-1] if lines else f"import failed ({done.returncode})"
 
 
+QUIET_WINDOW = 3.0  # seconds: --quiet waits for this long a window under its limit
+QUIET_WAIT = 180.0  # seconds: the longest it waits before running a case anyway
+QUIET_TRIES = 3  # runs of a case at most, while others disturb it
+
+
+def wait_quiet(limit: float) -> float | None:
+    """Wait until the machine was busy for under ``limit`` cores during QUIET_WINDOW (at most
+    QUIET_WAIT); the last window's figure, or None where /proc/stat cannot tell."""
+    deadline = time.monotonic() + QUIET_WAIT
+    while True:
+        before = _busy_seconds()
+        time.sleep(QUIET_WINDOW)
+        after = _busy_seconds()
+        if before is None or after is None:
+            return None
+        busy = (after - before) / QUIET_WINDOW
+        if busy < limit or time.monotonic() > deadline:
+            return busy
+
+
+def measure_quietly(case: Case, limit: float | None) -> dict[str, Any]:
+    """``measure``; with a ``limit`` (--quiet), after a quiet moment, and again (QUIET_TRIES
+    in all) while the rest of the machine used more than ``limit`` cores during the run."""
+    if limit is None:
+        return measure(case)
+    result: dict[str, Any] = {}
+    for attempt in range(1, QUIET_TRIES + 1):
+        wait_quiet(limit)
+        result = measure(case)
+        result["attempt"] = attempt
+        others = result.get("others_cpu")
+        if not result.get("ok") or others is None or others < limit:
+            break
+    return result
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds the whole machine spent busy since boot (Linux: /proc/stat), or None."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(value) for value in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    """CPU seconds of this process's ended children (and of their ended children)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(case: Case) -> dict[str, Any]:
-    """Run one case in a fresh process; its result object (``ok``, ``metrics`` or ``error``)."""
+    """Run one case in a fresh process; its result object (``ok``, ``metrics`` or ``error``).
+
+    ``others_cpu`` is the CPU the rest of the machine used meanwhile, in cores: the machine's
+    busy time less the case's own (its processes' and theirs), over the case's wall time. A
+    figure measured while others used a good part of a core is disturbed: rerun it.
+    """
+    busy, own = _busy_seconds(), _own_seconds()
     command = [
         sys.executable,
         "-m",
         "bench._one",
-        MODULE_OF[case.system],
+        case.module or MODULE_OF[case.system],
         case.function,
         json.dumps(case.params),
     ]
@@ -242,6 +353,11 @@ def measure(case: Case) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         error = f"did not finish within {case.timeout:.0f} s"
         return {"ok": False, "error": error, "timeout": True, "wall_seconds": case.timeout}
+    wall = time.perf_counter() - began
+    after = _busy_seconds()
+    others = (
+        None if busy is None or after is None else max(0.0, (after - busy) - (_own_seconds() - own)) / wall
+    )
     result: dict[str, Any] | None = None
     for line in done.stdout.splitlines():
         if line.startswith(MARKER):
@@ -251,7 +367,8 @@ def measure(case: Case) -> dict[str, Any]:
         result = {"ok": False, "error": f"exit status {done.returncode}: " + " | ".join(tail)}
     elif not result["ok"]:
         result["stderr_tail"] = done.stderr[-2000:]
-    result["wall_seconds"] = time.perf_counter() - began
+    result["wall_seconds"] = wall
+    result["others_cpu"] = others
     return result
 
 
@@ -460,6 +577,7 @@ def targets(results: Results, systems: list[str]) -> list[Target]:
         )
     )
     found += trigger_targets(results, systems)
+    found += process_targets(results, systems)
     slower: list[str] = []
     compared = 0
     for n in FLEET_SIZES:
@@ -535,6 +653,40 @@ def trigger_targets(results: Results, systems: list[str]) -> list[Target]:
     return found
 
 
+def process_targets(results: Results, systems: list[str]) -> list[Target]:
+    """The targets of processes, each met or not by this run's medians."""
+    found: list[Target] = []
+    for workload in ("cross-process-256B", "cross-process-64KiB"):
+        m = _median(results, MUJOU_1, workload)
+        found.append(
+            Target(
+                f"Hand-off to another process, {workload.rsplit('-', 1)[1]}: p50 ≤ 20 µs, p99 ≤ 100 µs",
+                _format(workload, m) if m else "—",
+                _peer_cells(results, systems, workload),
+                (m["latency_p50_us"] <= 20.0 and m["latency_p99_us"] <= 100.0) if m else None,
+            )
+        )
+    m = _median(results, MUJOU_1, "fleet-processes")
+    found.append(
+        Target(
+            "Python-bound fleet over two processes: ≥ 1.7× the updates of one process",
+            _format("fleet-processes", m) if m else "—",
+            _peer_cells(results, systems, "fleet-processes"),
+            (m["ratio"] >= 1.7) if m else None,
+        )
+    )
+    m = _median(results, MUJOU_1, "tags-virtual-2p")
+    found.append(
+        Target(
+            "Virtual-timer tags with two processes: ≥ 20,000 per second",
+            _format("tags-virtual-2p", m) if m else "—",
+            "—",
+            (m["two_processes_tags_per_second"] >= 20_000) if m else None,
+        )
+    )
+    return found
+
+
 # -- the tables ------------------------------------------------------------------------------
 
 
@@ -573,6 +725,26 @@ def _format(workload: str, m: dict[str, Any]) -> str:
         )
     if workload == "microsteps":
         return _rate(m["microsteps_per_second"])
+    if workload in CROSS_WORKLOADS:
+        missed = f" ({m['missed']:.0f} missed)" if m.get("missed") else ""
+        return f"{_us(m['latency_p50_us'])} / {_us(m['latency_p99_us'])}{missed}"
+    if workload == "fleet-processes":
+        return (
+            f"{m['one_process_updates_per_second']:,.0f} / s → "
+            f"{m['two_processes_updates_per_second']:,.0f} / s ({m['ratio']:.2f}×)"
+        )
+    if workload == "tags-virtual-2p":
+        return (
+            f"{_rate(m['two_processes_tags_per_second'])} (one process: "
+            f"{_rate(m['one_process_tags_per_second'])})"
+        )
+    if workload == "soak":
+        return (
+            f"{m['seconds']:g} s, {m['messages']:,.0f} messages: descriptors of the host "
+            f"{m['host_fds_first']:.0f} → {m['host_fds_last']:.0f} (max {m['host_fds_max']:.0f}), "
+            f"of its process {m['child_fds_first']:.0f} → {m['child_fds_last']:.0f} "
+            f"(max {m['child_fds_max']:.0f}); /dev/shm {m['shm_first']:.0f} → {m['shm_last']:.0f}"
+        )
     if workload.startswith("fleet-"):
         return f"{m['share']:.3f} / {_ms(m['lateness_p99_ms'])}"
     if workload.startswith("dispatch"):
@@ -589,7 +761,7 @@ def _cell(results: Results, system: str, workload: str, unavailable: dict[str, s
         return unavailable[system]
     outcome = results.get((system, workload))
     if outcome is None:
-        if workload.startswith("fleet-") and int(workload[6:]) > PEER_MAX_N.get(system, 10**9):
+        if workload[6:].isdigit() and int(workload[6:]) > PEER_MAX_N.get(system, 10**9):  # fleet-N
             return NOT_RUN_LARGE
         return "—"
     if outcome.note:
@@ -604,6 +776,42 @@ def _cell(results: Results, system: str, workload: str, unavailable: dict[str, s
 
 def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
+
+
+def processes_section(
+    results: Results, systems: list[str], unavailable: dict[str, str], durations: Durations
+) -> list[str]:
+    """The tables of the workloads of processes (none when none of them ran)."""
+    if not any(workload in PROCESS_WORKLOADS for _, workload in results):
+        return []
+    lines = [
+        "",
+        "## Processes",
+        "",
+        "Send to read: a sender in one process sends a fresh float64 tensor every 1 ms (the peer "
+        "row marked 100 Hz: every 10 ms), the time.monotonic() just before the send in it; the "
+        "reader, in the measuring process, takes time.monotonic() once it has the message "
+        f"(Mujou: a node triggered by its input, `mujou.on`, one worker per process); p50 / p99 "
+        f"after a 0.2 s warm-up, each run {durations.cross:g} s. Fleet: "
+        "8 always-due nodes in a ring, each update about 200 µs of pure-Python arithmetic, in one "
+        "process, then 4 in each of two; updates per second over "
+        f"{durations.fleet_processes:g} s each. Tags: two 1 ms nodes exchanging a message at "
+        f"every tag under the virtual timer, wall-clock tags per second over {durations.tags:g} s.",
+        "",
+    ]
+    header = ["system", *(f"hand-off, {w.rsplit('-', 1)[1]}: p50 / p99" for w in CROSS_WORKLOADS)]
+    header += ["Python-bound fleet: one process → two", "virtual tags / s, two processes"]
+    lines += [_row(header), _row(["---"] * len(header))]
+    shown = (*CROSS_WORKLOADS, "fleet-processes", "tags-virtual-2p")
+    for system in systems:
+        if not any((system, workload) in results for workload in shown):
+            continue
+        lines.append(_row([system, *(_cell(results, system, workload, unavailable) for workload in shown)]))
+    soak = results.get((MUJOU_1, "soak"))
+    if soak is not None and soak.ok_runs:
+        text = _format("soak", soak.median())
+        lines += ["", f"Soak (Mujou, the hand-off at 1 kHz, 64 KiB and 128 KiB by turns): {text}."]
+    return lines
 
 
 def markdown(
@@ -653,6 +861,8 @@ def markdown(
     ]
     lines += [_row(header), _row(["---"] * len(header))]
     for system in systems:
+        if system in PROCESS_PEERS:
+            continue
         if system == MUJOU_1:
             dispatch = (
                 f"{_cell(results, system, 'dispatch', unavailable)} (real-time), "
@@ -695,6 +905,7 @@ def markdown(
         lines.append(
             _row([system, *(_cell(results, system, workload, unavailable) for workload in TRIGGER_WORKLOADS)])
         )
+    lines += processes_section(results, systems, unavailable, durations)
     lines += ["", "## Targets", ""]
     lines += [_row(["target", "Mujou", "the peers, same run", "met"]), _row(["---"] * 4)]
     for target in targets(results, systems):
@@ -745,24 +956,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="one short repeat (under 4 minutes)")
+    parser.add_argument("--quick", action="store_true", help="one short repeat (about 6 minutes)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results", help="where to write the results")
     parser.add_argument("--repeats", type=int, help="repeats of each measurement (default 3, --quick 1)")
     parser.add_argument(
         "--only",
         help="comma-separated workloads to run: fleet-10, fleet-100, fleet-1000, fleet-10000, dispatch, "
-        "dispatch-virtual, echo, idle, " + ", ".join(TRIGGER_WORKLOADS),
+        "dispatch-virtual, echo, idle, " + ", ".join((*TRIGGER_WORKLOADS, *PROCESS_WORKLOADS)),
     )
-    parser.add_argument("--systems", help="comma-separated: mujou,asyncio,threads,heap_pool,holoscan,ezmsg")
+    parser.add_argument("--soak-seconds", type=float, help="how long the soak runs (default 10, --quick 5)")
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        metavar="CORES",
+        help="on a shared machine: before each case wait for a moment when the machine uses under "
+        f"CORES cores, and run a case again (up to {QUIET_TRIES} times) while the rest of the "
+        "machine used more than CORES cores during it",
+    )
+    parser.add_argument(
+        "--systems", help="comma-separated: mujou,asyncio,threads,heap_pool,holoscan,ezmsg,torch_mp"
+    )
     args = parser.parse_args(argv)
     durations = QUICK if args.quick else FULL
     if args.repeats:
         durations = Durations(**{**durations.__dict__, "repeats": args.repeats})
+    if args.soak_seconds:
+        durations = Durations(**{**durations.__dict__, "soak": args.soak_seconds})
     systems = list(SYSTEMS)
     if args.systems:
         wanted = set(args.systems.split(","))
         systems = [system for system in systems if MODULE_OF[system] in wanted]
-    command = "python bench/run.py" + (" --quick" if args.quick else "")
+    command = shlex.join(["python", "bench/run.py", *(sys.argv[1:] if argv is None else argv)])
     args.out.mkdir(parents=True, exist_ok=True)
     jsonl, md = args.out / "results.jsonl", args.out / "results.md"
 
@@ -791,8 +1015,11 @@ def main(argv: list[str] | None = None) -> int:
                 if _skip(results, case):
                     continue
                 source = mujou_source()
-                result = measure(case)
+                load = os.getloadavg()[0]  # a busy machine disturbs the figures: rerun them
+                result = measure_quietly(case, args.quiet)
                 result["mujou_source"] = source
+                result["load_before"] = load
+                others = result.get("others_cpu")
                 outcome.runs.append(result)
                 record = {
                     "type": "run",
@@ -807,7 +1034,11 @@ def main(argv: list[str] | None = None) -> int:
                 elapsed = time.perf_counter() - began
                 shown = _format(case.workload, result["metrics"]) if result["ok"] else result["error"]
                 step = f"{repeat + 1}/{durations.repeats}"
-                print(f"[{elapsed:5.0f} s] {step} {case.system:40} {case.workload:17} {shown}", flush=True)
+                line = f"[{elapsed:5.0f} s] {step} {case.system:40} {case.workload:17} {shown}"
+                busy = "" if others is None else f", others used {others:.2f} cores"
+                if result.get("attempt", 1) > 1:
+                    busy += f", run {result['attempt']} of the case"
+                print(f"{line} (load {load:.2f}{busy})", flush=True)
         for (system, workload), outcome in results.items():
             out.write(
                 json.dumps(
@@ -842,7 +1073,11 @@ def _skip(results: Results, case: Case) -> bool:
     outcome = results[(case.system, case.workload)]
     if len(outcome.ok_runs) < len(outcome.runs):
         return True  # a run that did not finish once is not tried again
-    if any(run["wall_seconds"] > SLOW for run in outcome.runs if run.get("ok")):
+    if case.function == "soak" and outcome.runs:
+        return True  # the soak runs once
+    if case.function not in MEASURED_LONG and any(
+        run["wall_seconds"] > SLOW for run in outcome.runs if run.get("ok")
+    ):
         return True  # its set-up is too slow to repeat within the time budget
     if case.function == "fleet":
         for n in FLEET_SIZES:

@@ -47,6 +47,7 @@ DOCUMENTED_API = frozenset(
         "NodeStats",
         "MujouInternalError",
         "StateFileError",
+        "ProcessError",
     }
 )
 

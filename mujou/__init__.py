@@ -11,6 +11,7 @@ from ._errors import LeakedSettingWarning as LeakedSettingWarning
 from ._errors import MujouInternalError as MujouInternalError
 from ._errors import MujouWarning as MujouWarning
 from ._errors import OversubscriptionWarning as OversubscriptionWarning
+from ._errors import ProcessError as ProcessError
 from ._errors import StateFileError as StateFileError
 from ._errors import UnsavedAttributeWarning as UnsavedAttributeWarning
 from ._net import Net as Net
@@ -50,6 +51,7 @@ __all__ = [
     "NodeStats",
     "Output",
     "OversubscriptionWarning",
+    "ProcessError",
     "RealTimeTimer",
     "Run",
     "RunStats",

@@ -74,3 +74,39 @@ class GlobalRandomWarning(MujouWarning):
 
 class UnsavedAttributeWarning(MujouWarning):
     """A node attribute the default ``state_dict`` cannot keep: see :ref:`state.unsaved-warning`."""
+
+
+class ProcessError(RuntimeError):
+    """A process of a run ended unexpectedly: the run stopped. See :ref:`proc.died`.
+
+    Attributes:
+        process: The name the process has in ``processes=``.
+        exitcode: Its exit code (negative: the signal that ended it), or None if unknown.
+        nodes: The names of its nodes.
+    """
+
+    def __init__(self, process: str, exitcode: int | None, nodes: tuple[str, ...]) -> None:
+        how = "with an unknown exit code" if exitcode is None else _exit_text(exitcode)
+        shown = ", ".join(map(repr, nodes))
+        super().__init__(
+            f"process {process!r} of the run ended unexpectedly ({how}); its nodes {shown} "
+            "stopped without on_stop, and the run stopped"
+        )
+        self.process = process
+        self.exitcode = exitcode
+        self.nodes = nodes
+
+    def __reduce__(self) -> tuple[type[ProcessError], tuple[str, int | None, tuple[str, ...]]]:
+        return (type(self), (self.process, self.exitcode, self.nodes))
+
+
+def _exit_text(exitcode: int) -> str:
+    if exitcode < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"killed by {name}"
+    return f"exit code {exitcode}"

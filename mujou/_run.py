@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, cast, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 from ._engine import Engine, in_hook_thread
 from ._engine._snapshot import progress_sample, run_stats
@@ -20,6 +20,10 @@ from ._port import M, _Port
 from ._ports import Input, Output
 from ._stats import RunStats
 from ._subscription import Subscription
+
+if TYPE_CHECKING:
+    from ._processes._group import Group
+    from ._processes._host import Processes
 
 
 def _host_message(port: Input[Any], message: object, what: str) -> tuple[Any, Nest | None]:
@@ -39,14 +43,16 @@ class Run:
 
     _net: Net
     _engine: Engine
+    _processes: Processes | None  # the run's other processes (proc.host-api), if any
     _subscriptions: list[Subscription[Any]]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("mujou.Run has no public constructor; use mujou.run(net)")
 
-    def _setup(self, net: Net, engine: Engine) -> None:
+    def _setup(self, net: Net, engine: Engine, processes: Processes | None = None) -> None:
         self._net = net
         self._engine = engine
+        self._processes = processes
         self._subscriptions = []
         engine.add_waker(self._wake_subscriptions)
 
@@ -73,9 +79,28 @@ class Run:
                 f"{type(port).__name__} {port.name!r} is the class attribute; "
                 "pass the port of a node instance (node.port)"
             )
-        if not self._engine.has_node(port._node):
+        if not self._engine.has_node(port._node) and (
+            self._processes is None or not self._processes.has_node(port._node)
+        ):
             raise ValueError(f"port {port.name!r} is not a port of this run's net")
         return port
+
+    def _group_of(self, port: _Port) -> Group | None:
+        """The process of ``port``'s node, when it is not the host's (proc.host-api)."""
+        return None if self._processes is None else self._processes.group_of(port.node)
+
+    def _watch(self, port: _Port) -> Callable[[], None] | None:
+        """Mirror ``port`` (an output, or an input the host feeds) onto the host while the
+        host waits for its messages, when its node is in another process; the undo."""
+        if self._processes is None or self._processes.group_of(port.node) is None:
+            return None
+        return self._processes.watch(port)
+
+    def _advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
+        """Virtual timer: run the tags up to ``until`` (in every process of the run)."""
+        if self._processes is not None:
+            return self._processes.advance(until, done)
+        return self._engine.advance(until, done)
 
     def _live(self, what: str) -> None:
         self._engine.raise_error()
@@ -89,6 +114,8 @@ class Run:
         if not in_hook_thread():
             self._engine.hooks.flush_warnings(stacklevel=2)
         checked = self._port(port)
+        if self._processes is not None and self._group_of(checked) is not None:
+            return cast("M | None", self._processes.read(checked))
         message = checked._message()
         return None if message is None else cast("M", cpu_copy(message))
 
@@ -114,6 +141,10 @@ class Run:
             )
         message = _host_message(checked, value, "run.write()")
         self._live("write")
+        group = self._group_of(checked)
+        if group is not None:
+            group.call("write", checked.name, cpu_copy(message[0]))
+            return
         self._engine.host_write(checked, message)
 
     def subscribe(self, port: Input[M] | Output[M], maxsize: int = 1024) -> Subscription[M]:
@@ -126,8 +157,15 @@ class Run:
         self._live("subscribe")
         if isinstance(checked, Input) and checked.source is not None:
             checked = checked.source
+        undo = self._watch(checked)
+
+        def closed(subscription: Subscription[Any]) -> None:
+            self._subscriptions.remove(subscription)
+            if undo is not None:
+                undo()
+
         subscription: Subscription[M] = Subscription._open(
-            checked, maxsize, self._subscriptions.remove, self._engine.raise_error, self._engine.virtual
+            checked, maxsize, closed, self._engine.raise_error, self._engine.virtual
         )
         self._subscriptions.append(subscription)
         return subscription
@@ -175,11 +213,38 @@ class Run:
 
         engine = self._engine
         engine.raise_error()
+        undo = self._watch(source)
+        try:
+            return self._wait_for(
+                checked=checked,
+                source=source,
+                until=until,
+                timeout=timeout,
+                latest_matches=latest_matches,
+                matches=matches,
+                found=found,
+            )
+        finally:
+            if undo is not None:
+                undo()
+
+    def _wait_for(
+        self,
+        *,
+        checked: _Port,
+        source: _Port,
+        until: float | None,
+        timeout: float | None,
+        latest_matches: Callable[[], bool],
+        matches: Callable[[object], bool],
+        found: list[M],
+    ) -> M:
+        engine = self._engine
         if latest_matches():
             return found[0]
         self._live("wait_for")
         if engine.virtual:
-            engine.advance(until, latest_matches)
+            self._advance(until, latest_matches)
         else:
             arrived: list[object] = []
 
@@ -213,7 +278,9 @@ class Run:
 
     @property
     def workers(self) -> int:
-        """The number of worker threads of the run."""
+        """The number of worker threads of the run (of all its processes)."""
+        if self._processes is not None:
+            return self._engine.workers + sum(self._processes.group_workers.values())
         return self._engine.workers
 
     @property
@@ -233,7 +300,7 @@ class Run:
         until = self.time + _seconds("seconds", seconds)
         self._live("sleep")
         if self._engine.virtual:
-            self._engine.advance(until, None)
+            self._advance(until, None)
         else:
             self._engine.wait_real(until, lambda: False)
         self._engine.hooks.flush_warnings(stacklevel=2)
@@ -252,7 +319,7 @@ class Run:
         engine = self._engine
         until = None if timeout is None else self.time + _seconds("timeout", timeout)
         if engine.virtual:
-            engine.advance(until, lambda: engine.ended)
+            self._advance(until, lambda: engine.ended)
         else:
             engine.wait_real(until, lambda: engine.ended)
         if engine.error is not None:
@@ -269,7 +336,7 @@ class Run:
         Works during the run and after it ended, also after a hook failed.
         """
         self._host_call("state_dict")
-        tree = self._engine.state_tree()
+        tree = self._engine.state_tree() if self._processes is None else self._processes.state_tree()
         self._engine.hooks.flush_warnings(stacklevel=2)  # those of the nodes' state_dict
         return tree
 
@@ -293,10 +360,14 @@ class Run:
         """
         if not in_hook_thread():
             self._engine.hooks.flush_warnings(stacklevel=2)
-        return run_stats(self._engine)
+        return run_stats(self._engine) if self._processes is None else self._processes.stats()
 
     def _progress_sample(self) -> tuple[float, int, float]:
-        return progress_sample(self._engine)
+        if self._processes is None:
+            return progress_sample(self._engine)
+        stats = self._processes.stats()
+        nodes = stats.nodes.values()
+        return stats.time, sum(n.updates for n in nodes), max((n.lateness_max for n in nodes), default=0.0)
 
     def __enter__(self) -> Run:
         """Enter the run's one ``with`` block; a second one raises. See :ref:`run.enter-once`."""
@@ -336,7 +407,8 @@ class Run:
             elif error is not None:
                 state += f", failed ({type(error).__name__})"
             timer = "virtual" if engine.virtual else "real-time"
-            workers = f"{engine.workers} worker{'' if engine.workers == 1 else 's'}"
+            count = self.workers
+            workers = f"{count} worker{'' if count == 1 else 's'}"
             return (
                 f"<mujou.Run of {type(self._net).__name__}: {state}, t={engine.time():.3f} s, "
                 f"{workers}, {timer} timer>"

@@ -21,6 +21,8 @@ from ._net import Net
 from ._node import Node
 from ._port import _Port
 from ._ports import Input, Output
+from ._processes._placement import HOST, Placement, check_processes
+from ._processes._start import start as start_processes
 from ._progress import Progress
 from ._run import Run, _host_message
 from ._timer import RealTimeTimer, Timer
@@ -38,6 +40,7 @@ def run(
     state: Mapping[str, Any] | None = None,
     trace: str | os.PathLike[str] | None = None,
     progress: bool = False,
+    processes: Mapping[str, object] | None = None,
 ) -> Run:
     """Start ``net`` and return its :class:`Run`; use it as a context manager.
 
@@ -54,6 +57,8 @@ def run(
         trace: A file to write a Chrome/Perfetto trace of the run to when it ends
             (see :ref:`observe.trace`); it is created (as a temporary file beside it) now.
         progress: Print a live progress line to stderr (see :ref:`observe.progress`).
+        processes: Groups of nodes that run in processes of their own, by name: each a node,
+            a net or node container, or a list or tuple of those (see :ref:`proc.placement`).
 
     Raises:
         TypeError, ValueError: an argument is not allowed; nothing was started.
@@ -81,14 +86,29 @@ def run(
     _check_net(net, nodes)
     _check_cycles(nodes)
     first = _check_inputs(nodes, inputs)
-    on_workers = sum(1 for node in nodes if not node.dedicated_thread)
-    if workers is None:
-        workers = default_workers(on_workers, cpus=usable_cpus(), gil=gil_enabled())
-    _warn_oversubscription(workers, len(nodes) - on_workers)
+    placement = None if processes is None else check_processes(nodes, processes)
+    if placement is not None and not placement.groups:
+        placement = None  # processes={}: every node in the host's process
     if trace is not None and not isinstance(trace, str | os.PathLike):
         raise TypeError(f"trace must be a file path or None, got {type(trace).__name__}: {trace!r}")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}: {progress!r}")
+    if placement is not None:
+        counts = _process_workers(placement, workers)
+        _warn_oversubscription(sum(counts.values()), sum(1 for node in nodes if node.dedicated_thread))
+        recorder = None if trace is None else TraceRecorder(trace)  # observe.trace-start
+        engine, group = start_processes(
+            net, nodes, placement, workers=counts, timer=timer, first=first, state=state, recorder=recorder
+        )
+        handle = Run.__new__(Run)
+        handle._setup(net, engine, group)
+        if progress:
+            engine.finishers.append(Progress(handle._progress_sample).finish)
+        return handle
+    on_workers = sum(1 for node in nodes if not node.dedicated_thread)
+    if workers is None:
+        workers = default_workers(on_workers, cpus=usable_cpus(), gil=gil_enabled())
+    _warn_oversubscription(workers, len(nodes) - on_workers)
     recorder = None if trace is None else TraceRecorder(trace)  # creates the file (observe.trace-start)
     try:
         engine = Engine(nodes, workers, timer, recorder)
@@ -122,6 +142,20 @@ def run(
     if progress:
         engine.finishers.append(Progress(handle._progress_sample).finish)
     return handle
+
+
+def _process_workers(placement: Placement, workers: int | None) -> dict[str, int]:
+    """The workers of each process: ``workers``, or chosen from its own nodes (proc.workers)."""
+    counts: dict[str, int] = {}
+    for name in (HOST, *placement.groups):
+        on_workers = sum(1 for node in placement.nodes_of(name) if not node.dedicated_thread)
+        if workers is None:
+            counts[name] = default_workers(on_workers, cpus=usable_cpus(), gil=gil_enabled())
+            if name == HOST and not placement.host:
+                counts[name] = 1  # an engine ends when its last thread does: it needs one
+        else:
+            counts[name] = workers
+    return counts
 
 
 def _warn_oversubscription(workers: int, dedicated: int) -> None:

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from ._files import Temporary, reworded
 
@@ -34,6 +34,16 @@ MAX_PENDING = 64  # chunks waiting for the writer at most (with CHUNK, about 20 
 
 # (node, hook, began, ended, (t, dt, lateness) or None)
 Slice = tuple[str, str, float, float, tuple[float, float, float] | None]
+
+
+class Recorder(Protocol):
+    """What the engine needs of a trace: a slice per hook call, and the end of the run."""
+
+    def record(
+        self, node: str, hook: str, began: float, ended: float, update: tuple[float, float, float] | None
+    ) -> None: ...
+
+    def write(self) -> None: ...
 
 
 class _Track:
@@ -64,8 +74,10 @@ class TraceRecorder:
         self._handed = threading.Condition(self._lock)  # the writer waits here for chunks
         self._room = threading.Condition(self._lock)  # recording threads wait here for room
         self._tids: dict[str, int] = {}  # each track's id, by thread name
+        # The other processes of the run (proc.trace): pid -> its name, and its tracks' ids.
+        self._processes: dict[int, tuple[str, dict[str, int]]] = {}
         self._tracks: list[_Track] = []
-        self._pending: deque[tuple[int, list[Slice]]] = deque()  # (tid, slices) to write
+        self._pending: deque[tuple[int, int, list[Slice]]] = deque()  # (pid, tid, slices) to write
         self._closing = False
         self._writer: threading.Thread | None = None
         # The writer's (or, at the end, write()'s) alone:
@@ -128,12 +140,29 @@ class TraceRecorder:
             if self._closing or self._error is not None:
                 self.dropped += len(slices)
                 return
-            self._pending.append((track.tid, slices))
-            if self._writer is None:
-                self._writer = threading.Thread(target=self._write_pending, name="mujou-trace", daemon=True)
-                self._writer.start()
-            else:
-                self._handed.notify()
+            self._queue(1, track.tid, slices)
+
+    def record_remote(self, pid: int, process: str, thread: str, slices: list[Slice]) -> None:
+        """Record ``slices`` that thread ``thread`` of another process of the run recorded,
+        on the same clock (``time.perf_counter`` is the machine's monotonic clock)."""
+        with self._lock:
+            _, tids = self._processes.setdefault(pid, (process, {}))
+            tid = tids.setdefault(thread, len(tids) + 1)
+            while len(self._pending) >= MAX_PENDING and self._error is None and not self._closing:
+                self._room.wait()
+            if self._closing or self._error is not None:
+                self.dropped += len(slices)
+                return
+            self._queue(pid, tid, slices)
+
+    def _queue(self, pid: int, tid: int, slices: list[Slice]) -> None:
+        """With the lock held: give the writer ``slices``, starting it the first time."""
+        self._pending.append((pid, tid, slices))
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_pending, name="mujou-trace", daemon=True)
+            self._writer.start()
+        else:
+            self._handed.notify()
 
     def _write_pending(self) -> None:
         """Write the chunks handed over, as they come, until write() has closed the recorder."""
@@ -143,14 +172,14 @@ class TraceRecorder:
                     self._handed.wait()
                 if not self._pending:
                     return
-                tid, slices = self._pending.popleft()
+                pid, tid, slices = self._pending.popleft()
                 self._room.notify()
-            self._write_chunk(tid, slices)
+            self._write_chunk(pid, tid, slices)
 
-    def _write_chunk(self, tid: int, slices: list[Slice]) -> None:
+    def _write_chunk(self, pid: int, tid: int, slices: list[Slice]) -> None:
         if self._error is None:
             try:
-                self._append(self._events(tid, slices))
+                self._append(self._events(pid, tid, slices))
                 return
             except Exception as exc:  # raised by write(), at the run's end
                 with self._lock:
@@ -159,7 +188,7 @@ class TraceRecorder:
         with self._lock:
             self.dropped += len(slices)
 
-    def _events(self, tid: int, slices: list[Slice]) -> list[dict[str, Any]]:
+    def _events(self, pid: int, tid: int, slices: list[Slice]) -> list[dict[str, Any]]:
         """One complete event per hook call."""
         origin = self.origin
         events: list[dict[str, Any]] = []
@@ -170,7 +199,7 @@ class TraceRecorder:
                 "ph": "X",
                 "ts": round((began - origin) * 1e6, 3),
                 "dur": round((ended - began) * 1e6, 3),
-                "pid": 1,
+                "pid": pid,
                 "tid": tid,
             }
             if update is not None:
@@ -195,7 +224,7 @@ class TraceRecorder:
             self._closing = True
             for track in self._tracks:  # what the threads kept: at most CHUNK each
                 if track.slices:
-                    self._pending.append((track.tid, track.slices))
+                    self._pending.append((1, track.tid, track.slices))
                     track.slices = []
             writer = self._writer
             self._handed.notify()
@@ -223,6 +252,20 @@ class TraceRecorder:
             {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": thread}}
             for thread, tid in self._tids.items()
         ]
+        for pid, (process, tids) in self._processes.items():
+            names.append(
+                {
+                    "name": "process_name",
+                    "ph": "M",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"name": process},
+                }
+            )
+            names += [
+                {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": thread}}
+                for thread, tid in tids.items()
+            ]
         self._append(names)
         other = {"producer": "mujou", "dropped_slices": self.dropped}
         self._file.write(f'], "displayTimeUnit": "ms", "otherData": {json.dumps(other)}}}')

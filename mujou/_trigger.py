@@ -41,6 +41,10 @@ class Trigger:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a Trigger is immutable: make a new one with mujou.on or mujou.on_all ({name})")
 
+    def __reduce__(self) -> tuple[type[Trigger], tuple[tuple[str, ...], bool, float | None]]:
+        """Pickled as its three fields (a node's trigger goes with it into its process)."""
+        return (Trigger, (self.inputs, self.all, self.timeout))
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Trigger):
             return NotImplemented

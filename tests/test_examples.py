@@ -131,5 +131,14 @@ def test_every_example_is_tested(path: Path) -> None:
         "sensor_fusion",
         "checkpoint_resume",
         "many_nodes",
+        "two_processes",
     }
     assert path.stem in tested, f"add a test for examples/{path.name}"
+
+
+def test_two_processes() -> None:
+    out = run_example("two_processes.py", "--seconds", "0.5")
+    runs = re.findall(r"(\d+) plans in 0.5 s .* the right planner in (.*); the sink saw (\d+)", out)
+    assert [where for _, where, _ in runs] == ["the host's process", "a process of its own"], out
+    assert all(int(made) > 0 and int(seen) > 0 for made, _, seen in runs), out
+    assert re.search(r"Speed-up with the right planner in a process of its own: \d+\.\d\dx", out), out

@@ -29,7 +29,7 @@ def held(recorder: TraceRecorder) -> int:
     """The slices the recorder holds in memory now."""
     with recorder._lock:
         return sum(len(track.slices) for track in recorder._tracks) + sum(
-            len(slices) for _, slices in recorder._pending
+            len(slices) for _, _, slices in recorder._pending
         )
 
 
@@ -90,10 +90,10 @@ def test_a_thread_waits_for_a_writer_that_falls_behind_and_nothing_is_dropped(
     writing, release = threading.Event(), threading.Event()
     events = recorder._events
 
-    def slow_events(tid: int, slices: list[Slice]) -> list[dict[str, Any]]:
+    def slow_events(pid: int, tid: int, slices: list[Slice]) -> list[dict[str, Any]]:
         writing.set()
         assert release.wait(GUARD), "the test never released the writer"
-        return events(tid, slices)
+        return events(pid, tid, slices)
 
     monkeypatch.setattr(recorder, "_events", slow_events)
     total = (MAX_PENDING + 4) * CHUNK

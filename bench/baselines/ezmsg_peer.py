@@ -21,13 +21,16 @@ from typing import Any
 import torch
 
 from .._common import (
+    CROSS_PERIOD,
     DISPATCH_PERIOD,
     ECHO_PERIOD,
     GRACE,
     PERIOD,
+    WARM_UP,
     Metrics,
     Record,
     Window,
+    cross_metrics,
     echo_phases,
     fleet_metrics,
     idle_metrics,
@@ -52,6 +55,9 @@ class Shared:
     window = Window()
     result: Metrics = {}  # noqa: RUF012
     seconds = 0.0
+    sent: list[float] = []  # noqa: RUF012  (cross-process: the subscriber's records)
+    read: list[float] = []  # noqa: RUF012
+    keys: list[int] = []  # noqa: RUF012
 
 
 async def _wait_for_origin() -> None:
@@ -274,3 +280,72 @@ def echo_triggered(seconds: float) -> Metrics:
     if not Shared.result:
         raise RuntimeError("the echo round trips did not complete")
     return Shared.result
+
+
+# -- cross-process: ezmsg's process-to-process path ------------------------------------------
+
+
+class CrossSettings(ez.Settings):
+    nbytes: int = 256
+    seconds: float = 1.0
+
+
+class CrossPublisher(ez.Unit):
+    """In a process of its own: publishes a fresh float64 tensor every CROSS_PERIOD, the
+    monotonic time just before the publish in [0], its number in [1]."""
+
+    SETTINGS = CrossSettings
+    OUTPUT = ez.OutputStream(torch.Tensor)
+
+    @ez.publisher(OUTPUT)
+    async def send(self) -> AsyncGenerator[tuple[Any, torch.Tensor], None]:
+        torch.set_num_threads(1)
+        elements = max(2, self.SETTINGS.nbytes // 8)
+        await asyncio.sleep(0.5)  # the subscriber's process connects
+        began = time.monotonic()
+        k = 0
+        while True:
+            delay = began + k * CROSS_PERIOD - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            message = torch.empty(elements, dtype=torch.float64)
+            message[1] = k
+            message[0] = time.monotonic()
+            k += 1
+            yield self.OUTPUT, message
+
+
+class CrossSubscriber(ez.Unit):
+    """In the measuring process: records the monotonic time of each message it receives."""
+
+    SETTINGS = CrossSettings
+    INPUT = ez.InputStream(torch.Tensor)
+
+    async def initialize(self) -> None:
+        self.first: float | None = None
+
+    @ez.subscriber(INPUT)
+    async def on_message(self, message: torch.Tensor) -> None:
+        now = time.monotonic()
+        Shared.read.append(now)
+        Shared.sent.append(float(message[0]))
+        Shared.keys.append(int(message[1]))
+        if self.first is None:
+            self.first = now
+        elif now - self.first > WARM_UP + self.SETTINGS.seconds:
+            raise ez.NormalTermination
+
+
+def cross_process(nbytes: int, seconds: float) -> Metrics:
+    """The publisher in a process of its own (``process_components``), the subscriber here."""
+    Shared.sent, Shared.read, Shared.keys = [], [], []
+    settings = CrossSettings(nbytes=nbytes, seconds=seconds)
+    publisher, subscriber = CrossPublisher(settings), CrossSubscriber(settings)
+    ez.run(
+        components={"publisher": publisher, "subscriber": subscriber},
+        connections=[(publisher.OUTPUT, subscriber.INPUT)],
+        process_components=[publisher],
+    )
+    if not Shared.read:
+        raise RuntimeError("no message crossed")
+    return cross_metrics(Shared.sent, Shared.read, Shared.keys, nbytes)

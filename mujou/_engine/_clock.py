@@ -25,8 +25,8 @@ class Clock(Protocol):
         """The timer time in seconds."""
         ...
 
-    def start(self) -> None:
-        """The timer starts: real time counts from now."""
+    def start(self, origin: float | None = None) -> None:
+        """The timer starts: real time counts from now (or from the monotonic time ``origin``)."""
         ...
 
     def set_origin(self, origin: float) -> None:
@@ -51,8 +51,8 @@ class RealClock:
     def set_origin(self, origin: float) -> None:
         self._origin = origin
 
-    def start(self) -> None:
-        self._start = _monotonic()
+    def start(self, origin: float | None = None) -> None:
+        self._start = _monotonic() if origin is None else origin
 
     def now(self) -> float:
         start = self._start
@@ -76,7 +76,7 @@ class VirtualClock:
     def set_origin(self, origin: float) -> None:
         self.time = origin
 
-    def start(self) -> None:
+    def start(self, origin: float | None = None) -> None:
         pass
 
     def now(self) -> float:

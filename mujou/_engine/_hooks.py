@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .._errors import GlobalRandomWarning, LeakedSettingWarning
-from .._trace import TraceRecorder
+from .._trace import Recorder
 from ._slot import Slot
 
 # Bound once: they run around every hook.
@@ -47,7 +47,7 @@ class Hooks:
 
     __slots__ = ("_seen_seed", "_slots", "_warnings", "trace")
 
-    def __init__(self, slots: Sequence[Slot], trace: TraceRecorder | None) -> None:
+    def __init__(self, slots: Sequence[Slot], trace: Recorder | None) -> None:
         self._slots = slots
         self.trace = trace
         self._seen_seed = torch.initial_seed()

@@ -39,7 +39,7 @@ from .._errors import HookError, MujouInternalError
 from .._ports import Input, Output
 from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
-from .._trace import TraceRecorder
+from .._trace import Recorder
 from .._tree import check_tree
 from ._arrivals import arrived, wire
 from ._clock import make_clock
@@ -68,9 +68,7 @@ _claims = threading.Lock()  # taken to claim a net's nodes for a run
 class Engine(Instants):
     """Runs the hooks of a net's nodes on workers and dedicated threads, on a clock."""
 
-    def __init__(
-        self, nodes: Sequence[Node], workers: int, timer: Timer, trace: TraceRecorder | None
-    ) -> None:
+    def __init__(self, nodes: Sequence[Node], workers: int, timer: Timer, trace: Recorder | None) -> None:
         self.lock = threading.Lock()
         self.host = threading.Condition(self.lock)  # the host waits here
         self.clock = make_clock(timer)
@@ -104,6 +102,7 @@ class Engine(Instants):
         self._host_seq = 0  # counts notify_host calls: a wait misses none
         self.poll = HOST_POLL_VIRTUAL if self.virtual else HOST_POLL_REAL
         self.collecting = threading.Lock()  # one state collection at a time
+        self.threads_started = False
         self._threads: list[threading.Thread] = [
             HookThread(
                 target=guarded, args=(self, i + 1, worker_main, i), name=f"mujou-worker-{i}", daemon=True
@@ -190,6 +189,7 @@ class Engine(Instants):
                 port._begin_run(slot)  # ports.stamp, ports.fresh
         wire(self.slots)
         live.add(self)
+        self.threads_started = True
         for thread in self._threads:
             thread.start()
         self._run_jobs([(slot, Job(START)) for slot in self.slots])
@@ -214,10 +214,11 @@ class Engine(Instants):
         """Set the timer time, the schedules and the latest messages of a checked tree."""
         restore_schedule(self.slots, self.clock, meta)
 
-    def go(self) -> None:
-        """Start the timer: updates begin."""
+    def go(self, origin: float | None = None) -> None:
+        """Start the timer: updates begin. ``origin``: the ``time.monotonic()`` at which the
+        real-time timer starts, when several processes start theirs together."""
         with self.lock:
-            self.clock.start()
+            self.clock.start(origin)
             self.real_start = time.perf_counter()
             self.policy.start_timer()
             self.deliver()
@@ -225,7 +226,8 @@ class Engine(Instants):
     def abort(self) -> None:
         """Undo a start that failed: stop what started, end the threads, free the net."""
         try:
-            self.stop()
+            if self.threads_started:
+                self.stop()
         finally:
             self._unclaim()
 

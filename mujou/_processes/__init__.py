@@ -1,0 +1,1 @@
+"""Running groups of a net's nodes in processes of their own."""

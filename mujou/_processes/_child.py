@@ -1,0 +1,248 @@
+"""The main function of a process of a run: rebuild the group's nodes, then obey the host.
+
+The host sends commands on the control connection, one at a time, and waits for each reply;
+this process sends events (its end, messages of ports the host watches) on the events
+connection, from any thread. When the control connection closes (the host ended, or died),
+the process stops its nodes and exits (proc.cleanup).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from .._engine import Engine
+from .._port import _Port
+from .._ports import Input, Output, link
+from .._timer import RealTimeTimer, Timer, VirtualTimer
+from . import _codec as codec
+from ._member import Member, describe
+from ._pack import Packed, place, unpack
+from ._tracing import TraceForwarder
+from ._wire import Pipe
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a process of the run is given when it is spawned."""
+
+    name: str
+    nodes: list[Packed]
+    links: list[tuple[str, str]]  # (output, input) within the group, by name
+    incoming: dict[str, list[str]]  # source output elsewhere -> this group's inputs reading it
+    outgoing: dict[str, list[str]]  # this group's outputs read elsewhere -> readers' processes
+    workers: int
+    virtual: bool
+    scale: float
+    torch_threads: int
+    default_dtype: torch.dtype
+    deterministic: bool
+    trace: bool  # send the hooks' slices to the host's trace (proc.trace)
+
+
+class Events:
+    """The events connection, written from any thread of this process."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._lock = threading.Lock()
+        self.sent = 0  # events sent so far: a reply says how many the host must have taken
+
+    def send(self, event: tuple[Any, ...]) -> None:
+        data = codec.dumps(event)
+        with self._lock:
+            self.sent += 1
+            with contextlib.suppress(OSError):  # the host is gone: the control connection ends us
+                self._connection.send_bytes(data)
+
+
+def main(
+    setup: Setup,
+    control: Connection,
+    events_connection: Connection,
+    wake_out: dict[str, Connection],
+    wake_in: list[Connection],
+) -> None:
+    """The process's life: build, then serve the host's commands until it says exit."""
+    # The host's Ctrl-C reaches every process of the terminal's group: the host alone
+    # handles it (run.interrupt), by stopping the run, which stops this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(setup.torch_threads)
+    torch.set_default_dtype(setup.default_dtype)
+    torch.use_deterministic_algorithms(setup.deterministic)
+    events = Events(events_connection)
+    try:
+        member = _build(setup, TraceForwarder(events.send) if setup.trace else None)
+    except BaseException as exc:
+        control.send_bytes(codec.dumps((0, "error", describe(exc), [])))
+        return
+    control.send_bytes(codec.dumps((0, "ok", None, [])))
+    pipes = {name: Pipe(connection) for name, connection in wake_out.items()}
+    by_output = {output: [pipes[p] for p in readers] for output, readers in setup.outgoing.items()}
+    member.when_ended(lambda: events.send(("ended", member.failure())))
+    watches: dict[int, Callable[[Any], None]] = {}
+    commands = _Commands(member, events, watches, by_output, wake_in)
+    try:
+        while True:
+            try:
+                number, command, *args = codec.loads(control.recv_bytes())
+            except (EOFError, OSError):  # the host is gone
+                member.stop()
+                return
+            if command == "exit":
+                control.send_bytes(codec.dumps((number, "ok", None, [])))
+                return
+            try:
+                reply: tuple[Any, ...] = (number, "ok", getattr(commands, command)(*args))
+            except BaseException as exc:
+                reply = (number, "error", describe(exc))
+            reply = (*reply, _warnings(member))
+            control.send_bytes(codec.dumps(reply))
+    finally:
+        member.engine.error_reported = True  # the host reports it (proc.hook-error)
+        member.disconnect_standins()
+
+
+def _warnings(member: Member) -> list[tuple[type[Warning], str]]:
+    """The warnings the hooks caused here since the last reply: the host issues them on its
+    thread, at its next call (rules.warnings-on-host)."""
+    found: list[tuple[type[Warning], str]] = []
+    pending = member.engine.hooks._warnings
+    while pending:
+        found.append(pending.popleft())
+    return found
+
+
+def _build(setup: Setup, trace: TraceForwarder | None) -> Member:
+    nodes = [unpack(packed) for packed in setup.nodes]
+    place(nodes, [packed.name for packed in setup.nodes])
+    ports = {port.name: port for node in nodes for port in node._mujou.ports.values()}
+    for output_name, input_name in setup.links:
+        output, input = ports[output_name], ports[input_name]
+        assert isinstance(output, Output) and isinstance(input, Input)
+        link(output, input)
+    timer: Timer = VirtualTimer() if setup.virtual else RealTimeTimer(scale=setup.scale)
+    engine = Engine(nodes, setup.workers, timer, trace)
+    engine.claim()
+    member = Member(engine, nodes, setup.incoming, list(setup.outgoing))
+    member.connect_standins()
+    return member
+
+
+class _Commands:
+    """The host's commands, by name (see ``_host.Group``)."""
+
+    def __init__(
+        self,
+        member: Member,
+        events: Events,
+        watches: dict[int, Callable[[Any], None]],
+        pipes: dict[str, list[Pipe]],
+        inbound: list[Connection],
+    ) -> None:
+        self.member = member
+        self.events = events
+        self.watches = watches
+        self.pipes = pipes
+        self.inbound = inbound
+
+    def start(self, states: list[Any] | None) -> list[tuple[str, str]]:
+        """on_start, then load_state_dict of ``states``: the loads' errors (node, text)."""
+        errors = self.member.start(states)
+        return [(name, f"{type(exc).__name__}: {exc}") for name, exc in errors]
+
+    def restore_schedule(self, meta: dict[str, Any], standins: dict[str, Any]) -> None:
+        self.member.restore_standins(standins)
+        self.member.engine.restore_schedule(meta)
+
+    def crossings(self) -> Any:
+        return self.member.crossings()
+
+    def apply(self, crossings: Any, wake: bool) -> float:
+        self.member.apply(crossings, wake=wake)
+        return self.member.next_due()
+
+    def go(self, origin: float | None) -> None:
+        self.member.go(origin, self.pipes, self.inbound)
+
+    def next_due(self) -> float:
+        return self.member.next_due()
+
+    def begin_advance(self) -> None:
+        self.member.begin_advance()
+
+    def instant(self, due: float) -> Any:
+        crossed, failure = self.member.instant(due)
+        return crossed, failure, self.events.sent, self.member.next_due()
+
+    def set_time(self, time: float) -> None:
+        self.member.set_time(time)
+
+    def read(self, name: str) -> Any:
+        return self.member.read(name)
+
+    def write(self, name: str, value: Any) -> None:
+        self.member.write(name, value)
+
+    def watch(self, key: int, name: str) -> Any:
+        """Send the host every message of port ``name`` from now on; its latest now."""
+        source = self._source(name)
+        events = self.events
+
+        def forward(message: Any) -> None:
+            latest = source._latest
+            stamp = 0.0 if latest is None else latest[3]
+            events.send(("message", key, cpu_copy_of(message), stamp))
+
+        self.watches[key] = forward
+        source._add_watcher(forward)
+        return self.member.latest(name)
+
+    def _source(self, name: str) -> _Port:
+        """The port whose messages port ``name`` reads: its source, for an input that has one."""
+        port = self.member.ports[name]
+        if isinstance(port, Input) and port._source is not None:
+            return port._source
+        return port
+
+    def unwatch(self, key: int, name: str) -> None:
+        source = self._source(name)
+        watcher = self.watches.pop(key, None)
+        if watcher is not None:
+            source._remove_watcher(watcher)
+
+    def state(self) -> Any:
+        return self.member.engine.state_tree()
+
+    def stats(self) -> Any:
+        return self.member.stats()
+
+    def time(self) -> float:
+        return self.member.engine.time()
+
+    def final(self) -> Any:
+        """What the host keeps of this process once the run has ended (run.state-after-error):
+        the state tree (or the error taking it raised), the stats, each port's latest message."""
+        try:
+            tree: Any = self.member.engine.state_tree()
+        except Exception as exc:
+            tree = describe(exc)
+        latest = {name: self.member.read(name) for name in self.member.ports}
+        return tree, self.member.stats(), latest
+
+    def stop(self) -> Any:
+        self.member.stop()
+        return self.member.failure()
+
+
+def cpu_copy_of(message: Any) -> Any:
+    from .._state import cpu_copy
+
+    return cpu_copy(message)

@@ -1,0 +1,476 @@
+"""The host's side of a run with processes: spawning them, and coordinating them.
+
+``Processes`` holds the host's own ``Member`` and a ``Group`` for each other process, and does
+what the run's calls need from all of them: the start in its phases, the virtual timer's tags
+(proc.virtual), the state tree and stats (proc.state), the stop (proc.cleanup).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import math
+import multiprocessing
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from .._engine._collect import stopping_now
+from .._errors import HookError, MujouInternalError, ProcessError
+from .._net import Net
+from .._node import Node
+from .._port import Latest, _Port
+from .._ports import Output
+from .._stats import RunStats
+from .._trace import TraceRecorder
+from ._child import Setup, main
+from ._gather import merge_stats, merge_trees
+from ._group import Group, rebuild_failure
+from ._member import Failure, Member
+from ._pack import pack
+from ._placement import HOST, Placement
+from ._wire import Crossing, Pipe
+
+_live: weakref.WeakSet[Processes] = weakref.WeakSet()
+
+
+class Processes:
+    """A run's processes, as the host coordinates them."""
+
+    def __init__(
+        self,
+        net: Net,
+        nodes: Sequence[Node],
+        placement: Placement,
+        host: Member,
+        recorder: TraceRecorder | None,
+    ) -> None:
+        self.net = net
+        self.recorder = recorder
+        self._pids = {name: pid for pid, name in enumerate(placement.groups, start=2)}  # the host's: 1
+        self.nodes = list(nodes)
+        self.placement = placement
+        self.host = host
+        self.groups: dict[str, Group] = {}
+        self._watch_ids = itertools.count(1)
+        self._mirrors: dict[int, tuple[Group, _Port]] = {}  # by watch key
+        self._watching: dict[int, list[int]] = {}  # id(port) -> [watch key, users]
+        self._watch_lock = threading.Lock()
+        # The host's objects of ports mirrored, with what they held before: given back at the end.
+        self._mirrored: dict[int, tuple[_Port, Latest | None]] = {}
+        self._stopping = False
+        self._final: dict[str, tuple[Any, RunStats, dict[str, Any]]] = {}  # by group, once ended
+        self._stop_lock = threading.Lock()
+        self.closed = False
+        _live.add(self)
+
+    # -- where things are ------------------------------------------------------------------
+
+    def group_of(self, node: Node) -> Group | None:
+        """The group of ``node``, None for the host's (or another net's) nodes."""
+        name = self.placement.where.get(id(node))
+        return None if name is None or name == HOST else self.groups[name]
+
+    def has_node(self, node: Node) -> bool:
+        return id(node) in self.placement.where
+
+    # -- starting --------------------------------------------------------------------------
+
+    def spawn(self, workers: Mapping[str, int], virtual: bool, scale: float) -> None:
+        """Start each group's process, with its nodes and its ends of the wake pipes."""
+        context = multiprocessing.get_context("spawn")
+        placement = self.placement
+        self.group_workers = {name: workers[name] for name in placement.groups}
+        names = [HOST, *placement.groups]
+        readers_of = {
+            name: {p for readers in placement.outgoing[name].values() for p in readers} for name in names
+        }
+        packed = {name: [pack(node, name) for node in nodes] for name, nodes in placement.groups.items()}
+        wake: dict[tuple[str, str], tuple[Connection, Connection]] = {}
+        for writer in names:
+            for reader in sorted(readers_of[writer]):
+                wake[writer, reader] = context.Pipe(duplex=False)  # (reader's end, writer's end)
+        self.host_pipes = {w_r[1]: Pipe(ends[1]) for w_r, ends in wake.items() if w_r[0] == HOST}
+        self.host_inbound = [ends[0] for w_r, ends in wake.items() if w_r[1] == HOST]
+        for name, nodes in placement.groups.items():
+            members = {id(node) for node in nodes}
+            links = [
+                (port.name, reader.name)
+                for node in nodes
+                for port in node._mujou.ports.values()
+                if isinstance(port, Output)
+                for reader in port._readers
+                if id(reader.node) in members
+            ]
+            setup = Setup(
+                name=name,
+                nodes=packed[name],
+                links=links,
+                incoming=placement.incoming[name],
+                outgoing=placement.outgoing[name],
+                workers=workers[name],
+                virtual=virtual,
+                scale=scale,
+                torch_threads=torch.get_num_threads(),
+                default_dtype=torch.get_default_dtype(),
+                deterministic=torch.are_deterministic_algorithms_enabled(),
+                trace=self.recorder is not None,
+            )
+            control, control_child = context.Pipe()
+            events, events_child = context.Pipe(duplex=False)
+            wake_out = {reader: ends[1] for (writer, reader), ends in wake.items() if writer == name}
+            wake_in = [ends[0] for (writer, reader), ends in wake.items() if reader == name]
+            process = context.Process(
+                target=main,
+                args=(setup, control_child, events_child, wake_out, wake_in),
+                name=f"mujou-{name}",
+            )
+            process.start()
+            control_child.close()
+            events_child.close()
+            for end in (*wake_out.values(), *wake_in):
+                end.close()
+            group = self.groups[name] = Group(
+                name,
+                nodes,
+                process=process,
+                control=control,
+                events=events,
+                on_event=self._on_event,
+                on_warning=self.host.engine.hooks.queue_warning,
+            )
+            group._lock.acquire()  # the reply to come: the nodes rebuilt, or why not
+        self._broadcast_receive(self.groups.values())  # each rebuilt its nodes, or failed
+        for group in self.groups.values():
+            group.start_reading()
+
+    def _broadcast_receive(self, groups: Iterable[Group]) -> list[Any]:
+        """Wait for the reply of each group, in turn; raise the first error after all replied."""
+        replies: list[Any] = []
+        first: BaseException | None = None
+        for group in groups:
+            try:
+                replies.append(group.receive())
+            except BaseException as exc:
+                replies.append(None)
+                if first is None:
+                    first = exc
+        if first is not None:
+            raise first
+        return replies
+
+    def all(self, command: str, *args: Any) -> dict[str, Any]:
+        """Send ``command`` to every group, then wait for every reply: the replies by group."""
+        groups = list(self.groups.values())
+        sent: list[Group] = []
+        try:
+            for group in groups:
+                group.send(command, *args)
+                sent.append(group)
+        finally:
+            replies = self._broadcast_receive(sent)
+        return dict(zip((g.name for g in sent), replies, strict=True))
+
+    def start(self, states: Sequence[Any] | None) -> list[tuple[str, str]]:
+        """Every process's on_start (at once), then the loads of ``states`` (one per node,
+        in the net's order, or None), then the messages they sent that cross. Returns the
+        loads' errors (node, text); raises the HookError of an on_start."""
+        index = {id(node): i for i, node in enumerate(self.nodes)}
+
+        def states_of(nodes: Sequence[Node]) -> list[Any] | None:
+            return None if states is None else [states[index[id(node)]] for node in nodes]
+
+        sent: list[Group] = []
+        for name, group in self.groups.items():
+            group.send("start", states_of(self.placement.groups[name]))
+            sent.append(group)
+        errors: list[tuple[str, str]] = []
+        first: BaseException | None = None
+        try:
+            found = self.host.start(states_of(self.placement.host))
+            errors += [(name, f"{type(exc).__name__}: {exc}") for name, exc in found]
+        except BaseException as exc:
+            first = exc
+        try:
+            for found_ in self._broadcast_receive(sent):
+                errors += found_
+        except BaseException as exc:
+            if first is None:
+                first = exc
+        if first is not None:
+            raise first
+        crossings = self.all("crossings")
+        crossings[HOST] = self.host.crossings()
+        self.deliver(crossings, wake=True)
+        return errors
+
+    def restore_schedule(self, meta: Mapping[str, Any]) -> None:
+        ports = meta["ports"]
+        for name, group in self.groups.items():
+            standins = {source: ports.get(source) for source in self.placement.incoming[name]}
+            group.call("restore_schedule", dict(meta), standins)
+        self.host.restore_standins({source: ports.get(source) for source in self.placement.incoming[HOST]})
+        self.host.engine.restore_schedule(meta)
+
+    def deliver(self, crossings: Mapping[str, Sequence[Crossing]], *, wake: bool) -> dict[str, float]:
+        """Hand each process the messages of the others that its inputs read; the next due
+        time of each group that got some."""
+        incoming: dict[str, list[Crossing]] = {name: [] for name in (HOST, *self.groups)}
+        outgoing = self.placement.outgoing
+        for writer, found in crossings.items():
+            for crossing in found:
+                for reader in outgoing[writer].get(crossing[0], ()):
+                    incoming[reader].append(crossing)
+        sent: list[Group] = []
+        for name, group in self.groups.items():
+            if incoming[name]:
+                group.send("apply", incoming[name], wake)
+                sent.append(group)
+        if incoming[HOST]:
+            self.host.apply(incoming[HOST], wake=wake)
+        return dict(zip((group.name for group in sent), self._broadcast_receive(sent), strict=True))
+
+    def go(self) -> None:
+        """Start every process's timer at one origin (the monotonic clock is the machine's)."""
+        origin = None if self.host.engine.virtual else time.monotonic()
+        self.all("go", origin)
+        pipes = {
+            output: [self.host_pipes[reader] for reader in readers]
+            for output, readers in self.placement.outgoing[HOST].items()
+        }
+        self.host.go(origin, pipes, self.host_inbound)
+
+    # -- the virtual timer -----------------------------------------------------------------
+
+    def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
+        """Run the tags up to ``until`` in every process, one at a time (proc.virtual).
+
+        Each tag: every process runs its updates of the tag and commits them; the messages
+        that cross are handed to their readers' processes; the next tag is the earliest due
+        time of all. ``done`` is asked between tags, as ``Engine.advance`` does.
+        """
+        host, engine = self.host, self.host.engine
+        policy = engine.policy
+        if self.closed or stopping_now(policy):  # the run has ended, or is ending: no tag runs
+            with engine.lock:
+                engine.host_wait(lambda: engine.ended)
+            return done() if done is not None else False
+        self.all("begin_advance")
+        host.begin_advance()
+        dues = self.all("next_due")
+        dues[HOST] = host.next_due()
+        while True:
+            if stopping_now(policy):
+                with engine.lock:
+                    engine.host_wait(lambda: engine.ended)
+                break
+            if done is not None and done():
+                return True
+            due = min(dues.values())
+            if until is not None and due > until:
+                self.all("set_time", until)
+                host.set_time(until)
+                return False
+            if due == math.inf:
+                raise RuntimeError(
+                    "nothing can happen in this run: every node is triggered only and no "
+                    "message is on the way, so the virtual time would never move; write "
+                    "an input (run.write) first, or give the wait a timeout"
+                )
+            self._tag(due, dues)
+        return done() if done is not None else False
+
+    def _tag(self, due: float, dues: dict[str, float]) -> None:
+        """One tag in every process; ``dues`` becomes each process's next due time."""
+        host = self.host
+        groups = list(self.groups.values())
+        for group in groups:
+            group.send("instant", due)
+        crossed, failure = host.instant(due)
+        crossings: dict[str, Sequence[Crossing]] = {HOST: crossed}
+        failures: list[tuple[str, Failure]] = [] if failure is None else [(HOST, failure)]
+        replies = self._broadcast_receive(groups)
+        for group, (found, failed, events, next_due) in zip(groups, replies, strict=True):
+            crossings[group.name] = found
+            dues[group.name] = next_due
+            group.wait_events(events)  # the messages of the ports the host watches
+            if failed is not None:
+                failures.append((group.name, failed))
+        dues.update(self.deliver(crossings, wake=True))
+        dues[HOST] = host.next_due()
+        if failures:
+            self._fail_first(failures)
+
+    def _fail_first(self, failures: list[tuple[str, Failure]]) -> None:
+        """Of the failures of one tag, the earliest registered node's is the run's error
+        (sched.virtual-failure), whichever process it was in."""
+        order = {node.name: i for i, node in enumerate(self.nodes)}
+
+        def rank(item: tuple[str, Failure]) -> int:
+            failure = item[1]
+            return order.get(failure[1], len(order)) if failure[0] == "hook" else -1
+
+        process, failure = min(failures, key=rank)
+        error = self.host.engine.error if process == HOST else rebuild_failure(failure, process)
+        assert error is not None
+        engine = self.host.engine
+        with engine.lock:
+            engine.policy.error = error
+            engine.policy.begin_stop()
+            engine.deliver()
+        self.stop_groups_soon()
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _on_event(self, group: Group, event: tuple[Any, ...]) -> None:
+        kind = event[0]
+        if kind == "trace":
+            _, thread, slices = event
+            if self.recorder is not None:
+                self.recorder.record_remote(self._pids[group.name], group.name, thread, slices)
+        elif kind == "message":
+            _, key, message, stamp = event
+            mirror = self._mirrors.get(key)
+            if mirror is not None:
+                mirror[1]._publish(
+                    message, 0 if not isinstance(message, torch.Tensor) else message._version, None, stamp
+                )
+        elif kind == "ended":
+            failure = event[1]
+            if failure is not None:
+                self.fail(rebuild_failure(failure, group.name))
+        elif kind == "died" and not group.closed:
+            self.fail(group.died())
+
+    def fail(self, error: BaseException) -> None:
+        """Stop the run for ``error`` of another process (the first error stands)."""
+        engine = self.host.engine
+        with engine.lock:
+            engine.policy.abort(error)
+            engine.deliver()
+        self.stop_groups_soon()
+
+    def stop_groups_soon(self) -> None:
+        """Stop every group's nodes, from a thread of its own (called from event threads)."""
+        threading.Thread(target=self._stop_groups, name="mujou-stop-processes", daemon=True).start()
+
+    def _stop_groups(self) -> None:
+        with self._stop_lock:
+            if self._stopping:
+                return
+            self._stopping = True
+        with contextlib.suppress(BaseException):  # a dead process: its error is the run's already
+            self.all("stop")
+
+    # -- what the host's calls need ----------------------------------------------------------
+
+    def watch(self, port: _Port) -> Callable[[], None]:
+        """Mirror the messages of another process's ``port`` onto the host's port object, so
+        that its watchers (subscriptions, wait_for) get them; returns the undo. One mirror
+        serves every host call that watches the port at the same time."""
+        group = self.group_of(port.node)
+        assert group is not None
+        with self._watch_lock:
+            watching = self._watching.get(id(port))
+            if watching is not None:
+                watching[1] += 1
+            else:
+                key = next(self._watch_ids)
+                watching = self._watching[id(port)] = [key, 1]
+                self._mirrors[key] = (group, port)
+                self._mirrored.setdefault(id(port), (port, port._latest))
+                latest = group.call("watch", key, port.name)
+                if latest is not None:
+                    message, stamp = latest
+                    version = message._version if isinstance(message, torch.Tensor) else 0
+                    port._latest = (message, version, None, stamp, 1)
+
+        def undo() -> None:
+            with self._watch_lock:
+                watching[1] -= 1
+                if watching[1] > 0:
+                    return
+                del self._watching[id(port)]
+                self._mirrors.pop(watching[0], None)
+                with contextlib.suppress(ProcessError, HookError, MujouInternalError):
+                    group.call("unwatch", watching[0], port.name)
+
+        return undo
+
+    def _ended(self, part: int) -> dict[str, Any]:
+        """Part ``part`` of what each process left when the run ended; ProcessError for one
+        that died (its state is lost: proc.died)."""
+        for name, group in self.groups.items():
+            if name not in self._final:
+                raise ProcessError(name, group.process.exitcode, group.node_names)
+        return {name: final[part] for name, final in self._final.items()}
+
+    def read(self, port: _Port) -> Any:
+        """The latest message of another process's ``port``, a CPU copy (run.read)."""
+        group = self.group_of(port.node)
+        assert group is not None
+        if self.closed:
+            return self._ended(2)[group.name][port.name]
+        return group.call("read", port.name)
+
+    def state_tree(self) -> dict[str, Any]:
+        if self.closed:
+            trees = self._ended(0)
+            for name, tree in trees.items():
+                if isinstance(tree, tuple):  # the error that taking it raised
+                    raise rebuild_failure(tree, name)
+        else:
+            trees = self.all("state")
+        trees[HOST] = self.host.engine.state_tree()
+        return merge_trees(self.nodes, self.placement, trees, self.host.engine.time())
+
+    def stats(self) -> RunStats:
+        stats = self._ended(1) if self.closed else self.all("stats")
+        stats[HOST] = self.host.stats()
+        return merge_stats(self.nodes, self.placement, stats, self.host.engine.time())
+
+    def stop(self) -> None:
+        """Stop every process's nodes, then end the processes (proc.cleanup)."""
+        with self._stop_lock:
+            already = self._stopping
+            self._stopping = True
+        if not already:
+            try:
+                replies = self.all("stop")
+            except ProcessError as exc:
+                self.fail(exc)
+                replies = {}
+            for name, failure in replies.items():
+                if failure is not None:
+                    self.fail(rebuild_failure(failure, name))
+        self.close()
+
+    def close(self) -> None:
+        """End the processes, keeping what the host's calls read after the end (their state
+        tree, stats and latest messages: run.state-after-error)."""
+        if self.closed:
+            return
+        self.closed = True
+        for name, group in self.groups.items():
+            if not group.dead:
+                with contextlib.suppress(ProcessError):
+                    self._final[name] = group.call("final")
+            group.close()
+        self.host.disconnect_standins()
+        for port, latest in self._mirrored.values():
+            port._latest = latest
+        _live.discard(self)
+
+
+@atexit.register
+def _close_live() -> None:
+    """At interpreter exit: end the processes of runs left running (after their nodes stop)."""
+    for processes in list(_live):
+        with contextlib.suppress(BaseException):
+            processes.stop()

@@ -1,0 +1,232 @@
+"""One process of a run with processes: its engine, and what the host asks of it.
+
+The host asks each member the same things, by a command in a child (``_child.py``) or by a
+call for its own nodes: start, hand over and take the messages that cross, restore, go, and
+under the virtual timer run one tag at a time (proc.virtual). Everything here is what one
+process of the run does; the host's ``_host.py`` does the coordinating.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .._engine import Engine
+from .._engine._arrivals import arrived
+from .._engine._collect import stopping_now
+from .._engine._snapshot import run_stats
+from .._errors import HookError
+from .._node import Node
+from .._port import _Port
+from .._ports import Input, Output
+from .._run import _host_message
+from .._state import cpu_copy
+from .._stats import RunStats
+from ._wire import Crossing, Forwarders, Pipe, Receiver, Standins, joined, split
+
+# What a failure is, as it crosses to the host: a HookError's node, hook, time, the cause
+# (pickled when it can be, else None), its type's name, its text and its traceback's text;
+# or any other error's type name and text (and the error, pickled when it can be).
+Failure = tuple[Any, ...]
+
+
+class Member:
+    """One process's engine over its nodes, with its stand-ins and forwarders."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        nodes: Sequence[Node],
+        incoming: Mapping[str, Sequence[str]],
+        outgoing: Sequence[str],
+    ) -> None:
+        self.engine = engine
+        ports: dict[str, _Port] = {port.name: port for node in nodes for port in node._mujou.ports.values()}
+        self.ports = ports
+        self.standins = Standins(list(incoming))
+        self.readers: dict[str, list[Input[Any]]] = {}
+        for source, names in incoming.items():
+            inputs = [ports[name] for name in names]
+            assert all(isinstance(port, Input) for port in inputs)
+            self.readers[source] = inputs  # type: ignore[assignment]  # checked just above
+        outputs = {name: ports[name] for name in outgoing}
+        assert all(isinstance(port, Output) for port in outputs.values())
+        self.forwarders = Forwarders(outputs, engine.virtual)  # type: ignore[arg-type]  # checked
+        self.receiver: Receiver | None = None
+        self._members = {id(node) for node in nodes}
+        self._saved_readers: list[tuple[Output[Any], list[Input[Any]]]] = []
+        self._saved_sources: list[tuple[Input[Any], Output[Any] | None]] = []
+
+    # -- starting --------------------------------------------------------------------------
+
+    def connect_standins(self) -> None:
+        """Make each input whose source is elsewhere read its stand-in, and each output
+        forget its readers elsewhere, for the run (the host's nodes keep their links)."""
+        for output in self.forwarders.outputs.values():
+            self._saved_readers.append((output, output._readers))
+            output._readers = [reader for reader in output._readers if id(reader.node) in self._members]
+        for source, inputs in self.readers.items():
+            standin = self.standins.ports[source]
+            for port in inputs:
+                self._saved_sources.append((port, port._source))
+                port._source = standin
+                standin._readers.append(port)
+
+    def disconnect_standins(self) -> None:
+        """Give the inputs their own sources back (the host's nodes, after the run)."""
+        for port, source in self._saved_sources:
+            port._source = source
+        self._saved_sources.clear()
+        for output, readers in self._saved_readers:
+            output._readers = readers
+        self._saved_readers.clear()
+
+    def crossings(self) -> list[Crossing]:
+        """The latest message of each output read elsewhere (after on_start, for the readers)."""
+        outputs = self.forwarders.outputs
+        return [split(port, name) for name, port in outputs.items() if port._latest is not None]
+
+    def apply(self, crossings: Sequence[Crossing], *, wake: bool = True) -> None:
+        """Publish messages from other processes on the stand-ins, then wake their readers,
+        as a commit does: after every publish (an on_all trigger sees all of them)."""
+        engine = self.engine
+        woken: list[_Port] = []
+        for name, tensors, rest, stamp, number in crossings:
+            standin = self.standins.ports.get(name)
+            if standin is None:
+                continue
+            message, nest = joined(tensors, rest)
+            self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
+            if wake and standin._wakes and standin not in woken:
+                woken.append(standin)
+        if woken:
+            with engine.lock:
+                now = engine.clock.now()
+                for port in woken:
+                    arrived(engine.policy, port, now)
+                if engine.policy.wake:
+                    engine.deliver()
+
+    def restore_standins(self, saved: Mapping[str, Any]) -> None:
+        """Set the stand-ins from a state tree's messages of their sources (before the fresh
+        flags are restored, which are about them)."""
+        self.standins.restart_numbers()
+        for name, entry in saved.items():
+            if entry is None or name not in self.standins.ports:
+                continue
+            message, stamp = entry
+            from .._engine._restore import _placed
+
+            placed, nest = _placed(message, lambda tensor: tensor.to("cpu", copy=True))
+            self.standins.publish(None, name, placed, nest, stamp=stamp, number=0)
+        self.standins.restart_numbers()
+
+    def go(
+        self, origin: float | None, pipes: Mapping[str, Sequence[Pipe]], inbound: Sequence[Connection]
+    ) -> None:
+        """Forward the messages that cross, receive the others (real-time), start the timer."""
+        self.forwarders.install({name: list(pipes.get(name, ())) for name in self.forwarders.outputs})
+        if not self.engine.virtual and inbound:
+            self.receiver = Receiver(self.engine, self.standins, inbound)
+            self.receiver.start()
+        self.engine.go(origin)
+
+    # -- the virtual timer's tags ------------------------------------------------------------
+
+    def next_due(self) -> float:
+        """The due time of this process's next update (infinity for none, or when stopping)."""
+        engine = self.engine
+        with engine.lock:
+            policy = engine.policy
+            return math.inf if stopping_now(policy) else policy.next_due()
+
+    def begin_advance(self) -> None:
+        """A host call that runs tags begins: the microstep cap counts from here."""
+        self.engine.microstep = 0
+
+    def instant(self, due: float) -> tuple[list[Crossing], Failure | None]:
+        """Run the tag at ``due`` (every process runs each tag, most with nothing due) and
+        commit it: the messages that cross, and this process's failure if it stopped."""
+        engine = self.engine
+        policy, clock = engine.policy, engine.clock
+        outbox = self.forwarders.outbox
+        outbox.clear()
+        with engine.lock:
+            if not policy.stopping:
+                engine._start_instant(due)
+                engine.host_wait(lambda: policy.stopping or policy.quiescent(clock.now()))
+            if not policy.stopping:
+                engine._commit()
+                if policy.end_instant():
+                    engine.deliver()
+        crossed = list(outbox)
+        outbox.clear()
+        return crossed, self.failure()
+
+    def set_time(self, time: float) -> None:
+        """Move the virtual clock to ``time`` (the host's advance ended there)."""
+        with self.engine.lock:
+            self.engine.clock.set(time)  # type: ignore[union-attr]  # a VirtualClock here
+
+    # -- the host's calls ------------------------------------------------------------------
+
+    def read(self, name: str) -> Any:
+        message = self.ports[name]._message()
+        return None if message is None else cpu_copy(message)
+
+    def write(self, name: str, value: Any) -> None:
+        port = self.ports[name]
+        assert isinstance(port, Input)
+        self.engine.host_write(port, _host_message(port, value, "run.write()"))
+
+    def latest(self, name: str) -> tuple[Any, float] | None:
+        """The port's latest message (a CPU copy) and its stamp, for a mirror on the host."""
+        port = self.ports[name]
+        source = port._source if isinstance(port, Input) and port._source is not None else port
+        latest = source._latest
+        return None if latest is None else (cpu_copy(latest[0]), latest[3])
+
+    def stats(self) -> RunStats:
+        return run_stats(self.engine)
+
+    def start(self, states: Sequence[Any] | None) -> list[tuple[str, BaseException]]:
+        """The engine's start: on_start, then the loads of ``states`` (Engine.start)."""
+        return self.engine.start(states)
+
+    def stop(self) -> None:
+        engine = self.engine
+        try:
+            engine.abort() if not engine.threads_started else engine.stop()
+        finally:
+            if self.receiver is not None:
+                self.receiver.stop()
+                self.receiver = None
+            self.forwarders.remove()
+
+    def failure(self) -> Failure | None:
+        error = self.engine.error
+        return None if error is None else describe(error)
+
+    def when_ended(self, callback: Callable[[], None]) -> None:
+        self.engine.add_waker(callback)
+
+
+def describe(error: BaseException) -> Failure:
+    """``error`` as it crosses to the host (see ``Failure``)."""
+    import pickle
+
+    cause = error.__cause__ if isinstance(error, HookError) else error
+    assert cause is not None
+    pickled: bytes | None
+    try:
+        pickled = pickle.dumps(cause)
+        pickle.loads(pickled)  # an exception whose __init__ takes other arguments fails here
+    except Exception:
+        pickled = None
+    text = "".join(traceback.format_exception(cause))
+    if isinstance(error, HookError):
+        return ("hook", error.node, error.hook, error.time, pickled, type(cause).__name__, str(error), text)
+    return ("other", type(error).__name__, str(error), pickled, text)

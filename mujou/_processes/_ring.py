@@ -1,0 +1,404 @@
+"""The shared-memory ring that carries one output's messages to readers in other processes.
+
+One writer (the process that owns the output) copies each message's tensor leaves into the
+next of K preallocated slots of one shared-memory buffer; any number of readers, in any
+process, take the newest complete slot and copy it out. Latest value, as everywhere in
+Mujou: a reader that is slow misses messages, it never sees a half-written one.
+
+The buffer is a ``torch.uint8`` tensor in shared memory (``share_memory_()``); it reaches
+other processes inside an :class:`Announce`, pickled by multiprocessing's ForkingPickler
+(``Connection.send`` uses it), for which ``torch.multiprocessing`` registers the reduction
+that passes a file descriptor instead of the bytes. Under the default ``file_descriptor``
+strategy on Linux the segment has no name in ``/dev/shm`` once made, and it is freed when
+the last process drops its tensor.
+
+Layout of the buffer (``int64`` words, then bytes)::
+
+    word 0  started   the number of the write the writer began last (0: none)
+    word 1  done      the number of the write the writer finished last (0: none)
+    words 2..7        padding: the counters have the first cache line to themselves
+    words 8+2k, 9+2k  slot k's message number, and its stamp (a float64 in the word)
+    ...               padding to a multiple of 64 bytes
+    K slots           each holds every leaf back to back, each leaf 64-byte aligned
+
+Write n (1, 2, 3, ...) goes to slot ``n % K``. A message of another layout (leaf count,
+dtype or shape of a leaf) gets a new buffer: a new ring of the next generation, which the
+writer's caller announces to every reader before it tells them about the write.
+
+NOTE [ the ring's seqlock ]
+
+Writer, write n::                        Reader::
+
+    started = n                             d = done        (0: nothing yet)
+    fence                                   fence
+    copy the leaves into slot n % K         copy slot d % K out, its number, its stamp
+    slot's number, stamp                    fence
+    fence                                   s = started
+    done = n                                if s >= d + K: retry, else return the copy
+
+Why the copy the reader returns is exactly write d: write d finished before the reader read
+``done == d`` (the writer's second fence orders the copy before the store of ``done``; the
+reader's first fence orders its load of ``done`` before its copy), so the reader sees all of
+write d's bytes or later ones. Later bytes in slot ``d % K`` can only come from write d + K,
+d + 2K, ..., and the writer stored ``started >= d + K`` before its first fence, ahead of any
+of those bytes; so if any load of the reader's copy saw one of them, the reader's load of
+``started`` after its second fence sees ``started >= d + K`` (fence-to-fence ordering, the
+same argument as C11's ``atomic_thread_fence`` pairing), and the reader retries. Writes
+d + 1 .. d + K - 1 go to other slots and do not matter. The counters only grow (int64: no
+wrap in practice), so a stale ``done`` only makes the reader's copy older, never wrong.
+
+The header words are read and written through ctypes views of the buffer: each access is
+one aligned 8-byte load or store in C (a ``memcpy`` of 8 bytes), so a counter is never torn,
+and each is a separate C call the compiler cannot move past the torch calls around it. The
+leaves are copied by torch (``copy_``, ``clone``), which may use any instructions (vector or
+non-temporal stores, ``rep movsb``) and, for large tensors, its intra-op threads; their join
+orders those threads' accesses before the caller's next step, as torch's own results rely on.
+
+The fences make this hold on every CPU, whatever instructions torch's copies use. Neither
+torch nor CPython offers one, so ``_fence`` is C11 ``atomic_thread_fence(memory_order_seq_cst)``
+from libatomic (``mfence`` on x86-64, which orders every store, non-temporal ones included;
+``dmb ish`` on aarch64), or ``OSMemoryBarrier`` on macOS. Without libatomic, x86 takes and
+releases a private lock instead: a locked compare-and-swap, a full fence for ordinary loads
+and stores (with TSO, all a seqlock needs). Non-temporal stores, which a large ``memcpy``
+may use, are ordered by it on Intel; on AMD only by the ``sfence`` glibc puts after them,
+which orders them before ``done`` but not after ``started``: the one gap left, on x86
+machines without libatomic. A weakly ordered CPU (aarch64, POWER) without libatomic gets
+no ring: a clear error when one is made, rather than rare torn messages.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import math
+import platform
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+# Registers ForkingPickler's reductions of tensors: a shared one travels as a file descriptor.
+import torch.multiprocessing
+
+Layout = tuple[tuple[torch.dtype, tuple[int, ...]], ...]
+"""Per tensor leaf of a message: its dtype and shape."""
+
+_ALIGN = 64  # bytes: a cache line, and a multiple of every dtype's size (views need that)
+_STARTED = 0  # header word indices (see the module docstring)
+_DONE = 1
+_SLOT_WORDS = 8  # slot k's number is word 8 + 2k, its stamp word 9 + 2k
+_SPINS_BEFORE_YIELD = 100  # reader retries before it yields the CPU between tries
+
+
+def _align(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+# --- the fence -------------------------------------------------------------------------------
+
+_SEQ_CST = 5  # C11's memory_order_seq_cst
+
+
+def _fence_libraries() -> Iterator[tuple[str, str]]:
+    """Where a full fence may be: (library, function), the likeliest first."""
+    yield "libatomic.so.1", "atomic_thread_fence"  # GCC's runtime on Linux
+    found = ctypes.util.find_library("atomic")  # runs ldconfig or the compiler: only if needed
+    if found is not None:
+        yield found, "atomic_thread_fence"
+    if sys.platform == "darwin":  # pragma: no cover (no macOS in CI)
+        yield "/usr/lib/libSystem.B.dylib", "OSMemoryBarrier"
+
+
+def _find_fence() -> tuple[Callable[[], None], str | None]:
+    """The full memory fence of this machine, and None; or a stand-in and why there is none."""
+    for library, name in _fence_libraries():
+        try:
+            fence = getattr(ctypes.CDLL(library), name)
+        except (OSError, AttributeError):
+            continue
+        if name == "OSMemoryBarrier":  # pragma: no cover (no macOS in CI)
+            fence.argtypes, fence.restype = [], None
+            return fence, None
+        fence.argtypes, fence.restype = [ctypes.c_int], None
+        return functools.partial(fence, _SEQ_CST), None  # partial: no Python frame per fence
+    if platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}:
+        # Taking an uncontended lock is a locked compare-and-swap (CPython's lock, glibc's
+        # semaphore), which x86 orders like a full fence (see the module docstring for
+        # non-temporal stores); the lock itself guards nothing.
+        lock = threading.Lock()
+
+        def locked_fence() -> None:
+            lock.acquire()
+            lock.release()
+
+        return locked_fence, None
+    return (lambda: None), (
+        f"the shared-memory ring between processes needs a memory fence on this "
+        f"{platform.machine()!r} CPU, from libatomic (C11 atomic_thread_fence), which was not "
+        "found; install libatomic (e.g. the libatomic1 package)"
+    )
+
+
+# A full memory fence (NOTE [ the ring's seqlock ]); _NO_FENCE says why there is none.
+_fence, _NO_FENCE = _find_fence()
+
+
+# --- copies (module level, so a test can interleave a writer with them) --------------------
+
+
+def _copy_in(slot_view: torch.Tensor, tensor: torch.Tensor) -> None:
+    slot_view.copy_(tensor)
+
+
+def _copy_out(slot_view: torch.Tensor) -> torch.Tensor:
+    return slot_view.clone()
+
+
+# --- the shared buffer -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Announce:
+    """A ring of one output, as its readers get it: send it with ForkingPickler.
+
+    ``Connection.send`` does; plain ``pickle`` would copy the buffer's bytes instead of
+    sharing it, which :class:`RingReader` refuses. Under torch's ``file_descriptor``
+    strategy the receiver fetches the descriptor from the sender's multiprocessing resource
+    sharer as it unpickles, so the sending process must live until then; an announce that is
+    sent and never received keeps a descriptor open in the sender until it exits.
+    """
+
+    layout: Layout
+    generation: int  # 1 for the first ring of an output, +1 at each re-allocation
+    slots: int
+    buffer: torch.Tensor  # uint8, in shared memory: the header, then the slots
+
+
+class _Ring:
+    """Views of one ring's buffer: its header words, and each slot's leaves."""
+
+    def __init__(self, announce: Announce) -> None:
+        if _NO_FENCE is not None:
+            raise RuntimeError(_NO_FENCE)
+        self.announce = announce
+        self.slots = announce.slots
+        buffer = announce.buffer
+        header_words = _SLOT_WORDS + 2 * self.slots
+        header_bytes = _align(8 * header_words)
+        leaves: list[tuple[int, torch.dtype, tuple[int, ...]]] = []
+        slot_bytes = 0
+        for dtype, shape in announce.layout:
+            leaves.append((slot_bytes, dtype, shape))
+            slot_bytes += _align(math.prod(shape) * dtype.itemsize)
+        if buffer.dtype != torch.uint8 or buffer.numel() != header_bytes + self.slots * slot_bytes:
+            raise ValueError(
+                f"announce's buffer does not fit its layout: {buffer.numel()} bytes of "
+                f"{buffer.dtype}, expected {header_bytes + self.slots * slot_bytes} of torch.uint8"
+            )
+        address = buffer.data_ptr()
+        # Both views alias the header; they do not keep the buffer alive: self.announce does.
+        self.words = (ctypes.c_int64 * header_words).from_address(address)
+        self.floats = (ctypes.c_double * header_words).from_address(address)
+        self.views: list[list[torch.Tensor]] = []
+        for slot in range(self.slots):
+            base = header_bytes + slot * slot_bytes
+            self.views.append(
+                [
+                    buffer[base + offset : base + offset + math.prod(shape) * dtype.itemsize]
+                    .view(dtype)
+                    .view(shape)
+                    for offset, dtype, shape in leaves
+                ]
+            )
+
+
+def _allocate(layout: Layout, slots: int, generation: int) -> _Ring:
+    header_bytes = _align(8 * (_SLOT_WORDS + 2 * slots))
+    slot_bytes = sum(_align(math.prod(shape) * dtype.itemsize) for dtype, shape in layout)
+    buffer = torch.zeros(header_bytes + slots * slot_bytes, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+    return _Ring(Announce(layout, generation, slots, buffer))
+
+
+def _layout_of(tensors: Sequence[object]) -> Layout:
+    layout = []
+    for index, tensor in enumerate(tensors):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"leaf {index} of the message is not a tensor: {tensor!r}")
+        if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested:
+            raise TypeError(
+                f"leaf {index} of the message is a {tensor.layout} "
+                f"{'quantized ' if tensor.is_quantized else ''}"
+                f"{'nested ' if tensor.is_nested else ''}tensor; "
+                "only dense (strided) tensors cross processes"
+            )
+        layout.append((tensor.dtype, tuple(tensor.shape)))
+    return tuple(layout)
+
+
+def _same_layout(tensors: Sequence[object], layout: Layout) -> bool:
+    """Whether ``tensors`` fit ``layout``: the per-write check, without building a layout.
+
+    A quantized tensor never fits: its dtype is none of a layout's (``_layout_of`` refuses it).
+    """
+    if len(tensors) != len(layout):
+        return False
+    for tensor, (dtype, shape) in zip(tensors, layout, strict=True):
+        if not isinstance(tensor, torch.Tensor) or tensor.layout is not torch.strided or tensor.is_nested:
+            return False
+        if tensor.dtype is not dtype or tensor.shape != shape:
+            return False
+    return True
+
+
+# --- the two ends ----------------------------------------------------------------------------
+
+
+class RingWriter:
+    """The writing end of one output's rings (one ring per layout, the newest in use).
+
+    One thread writes at a time (the output's node): the writer is not thread-safe.
+    """
+
+    def __init__(self, slots: int = 4) -> None:
+        if isinstance(slots, bool) or not isinstance(slots, int):
+            raise TypeError(f"slots must be an int >= 1, got {type(slots).__name__}: {slots!r}")
+        if slots < 1:
+            raise ValueError(f"slots must be an int >= 1, got {slots!r}")
+        self._slots = slots
+        self._ring: _Ring | None = None
+        self._generation = 0
+        self._count = 0  # writes into the current ring
+        self._number: int | None = None  # the last message number written
+        self._closed = False
+
+    def write(self, tensors: Sequence[torch.Tensor], stamp: float, number: int) -> Announce | None:
+        """Copy the tensor leaves of message ``number`` (stamped ``stamp``) into the next slot.
+
+        The tensors may have any dtype, shape and strides (non-contiguous ones too), and
+        there may be none. ``number`` must be greater than the last one written.
+
+        Returns:
+            An :class:`Announce` when the ring was (re)allocated for a new layout, the first
+            write included: the caller sends it to every reader BEFORE it tells them about
+            this write. Else None.
+
+        Raises:
+            TypeError: a leaf is not a dense tensor.
+            ValueError: ``number`` does not increase.
+            RuntimeError: the writer is closed.
+        """
+        if self._closed:
+            raise RuntimeError("the ring writer is closed")
+        if self._number is not None and number <= self._number:
+            raise ValueError(f"message numbers must increase: got {number!r} after {self._number!r}")
+        ring = self._ring
+        announce = None
+        if ring is None or not _same_layout(tensors, ring.announce.layout):
+            layout = _layout_of(tensors)  # raises on a leaf that is no dense tensor
+            self._generation += 1
+            ring = self._ring = _allocate(layout, self._slots, self._generation)
+            self._count = 0
+            announce = ring.announce
+        n = self._count + 1
+        slot = n % ring.slots
+        words = ring.words
+        words[_STARTED] = n
+        _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
+        for view, tensor in zip(ring.views[slot], tensors, strict=True):
+            # A slot's view is a dtype view of the buffer, which autograd does not track back
+            # to it: copying a tensor that requires grad would put the view itself in the
+            # message's graph. detach() costs less than a no_grad block (0.5 vs 2 us).
+            _copy_in(view, tensor.detach() if tensor.requires_grad else tensor)
+        words[_SLOT_WORDS + 2 * slot] = number
+        ring.floats[_SLOT_WORDS + 2 * slot + 1] = stamp
+        _fence()  # the slot's bytes before done
+        words[_DONE] = n
+        self._count = n
+        self._number = number
+        return announce
+
+    def close(self) -> None:
+        """Drop this end's references to the ring (readers keep theirs until they close)."""
+        self._closed = True
+        self._ring = None
+
+
+class RingReader:
+    """A reading end of one output's ring, in any process (one thread at a time)."""
+
+    def __init__(self, announce: Announce) -> None:
+        self._ring: _Ring | None = self._open(announce)
+
+    @staticmethod
+    def _open(announce: Announce) -> _Ring:
+        if not isinstance(announce, Announce):
+            raise TypeError(f"expected an Announce, got {announce!r}")
+        if not announce.buffer.is_shared():  # type: ignore[no-untyped-call]  # unannotated in torch
+            raise ValueError(
+                "the announce's buffer is not in shared memory: it was pickled with plain "
+                "pickle, which copies it; send it with multiprocessing's ForkingPickler "
+                "(Connection.send)"
+            )
+        return _Ring(announce)
+
+    @property
+    def generation(self) -> int:
+        """The generation of the ring this reader reads."""
+        if self._ring is None:
+            raise RuntimeError("the ring reader is closed")
+        return self._ring.announce.generation
+
+    def reannounce(self, announce: Announce) -> None:
+        """Read the ring of ``announce`` from now on: a newer generation of the same output's.
+
+        Raises:
+            ValueError: ``announce`` is not newer than the ring read now.
+        """
+        if announce.generation <= self.generation:
+            raise ValueError(
+                f"a re-announce must be of a newer generation than {self.generation}, "
+                f"got generation {announce.generation!r}"
+            )
+        self._ring = self._open(announce)
+
+    def latest(self) -> tuple[int, float, list[torch.Tensor]] | None:
+        """``(number, stamp, tensors)`` of the newest complete slot; None before any write.
+
+        The tensors are fresh contiguous CPU copies the caller owns, shaped by the layout.
+        Never a half-written slot: when the writer may have overwritten the slot during the
+        copy, the reader copies again (NOTE [ the ring's seqlock ]).
+        """
+        ring = self._ring
+        if ring is None:
+            raise RuntimeError("the ring reader is closed")
+        words = ring.words
+        slots = ring.slots
+        tries = 0
+        while True:
+            done = words[_DONE]
+            if done == 0:
+                return None
+            _fence()  # done before the slot's bytes
+            slot = done % slots
+            tensors = [_copy_out(view) for view in ring.views[slot]]
+            number = words[_SLOT_WORDS + 2 * slot]
+            stamp = ring.floats[_SLOT_WORDS + 2 * slot + 1]
+            _fence()  # the slot's bytes before started
+            if words[_STARTED] < done + slots:
+                return number, stamp, tensors
+            # The writer began write done + K (or later) on this slot: the copy may be torn.
+            # Copy the newest slot again. The writer cannot lap us forever: each retry starts
+            # from the newest done, and lapping it needs K whole writes during one copy; past
+            # a few tries (the reader descheduled, the writer on a faster core) yield the CPU
+            # so a spinning reader does not starve the writer it waits for on a busy machine.
+            tries += 1
+            if tries >= _SPINS_BEFORE_YIELD:
+                time.sleep(0)
+
+    def close(self) -> None:
+        """Drop this reader's references to the ring."""
+        self._ring = None

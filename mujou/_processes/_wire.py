@@ -1,0 +1,233 @@
+"""The ports that cross processes, in one process: stand-ins, forwarders and the receiver.
+
+An input whose source is in another process reads a *stand-in*: an output of no node, named
+as the source, whose latest message this process sets when one arrives (proc.latest-value).
+The process's outputs that have readers elsewhere get a watcher that forwards each message:
+
+- under the real-time timer, into the output's ring of shared-memory slots, then a small
+  record on the wake pipe of each reader's process (proc.transport, proc.wake); a receiver
+  thread there takes the newest slot, publishes it on the stand-in and wakes the triggered
+  readers at once;
+- under the virtual timer, into an outbox the host collects at the end of each tag and hands
+  to the readers' processes before the next tag is chosen (proc.virtual).
+
+A stand-in's message numbers (``Latest[4]``, what ``Input.fresh`` compares) count the
+sender's messages, skipped ones included, so ``coalesced`` counts them as in one process.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .._messages import Nest, flatten, rebuild
+from .._ports import Output
+from ._ring import RingReader, RingWriter
+
+if TYPE_CHECKING:
+    from .._engine import Engine
+
+# A message that crosses: (output name, message's tensors, the rest of a nest or None, stamp,
+# the sender's number). The rest of a nest: the nest with 0 for each tensor, and the tensors'
+# positions among its leaves.
+Rest = tuple[Any, tuple[int, ...]] | None
+Crossing = tuple[str, list[torch.Tensor], Rest, float, int]
+
+
+def make_standin(name: str) -> Output[Any]:
+    """The output a process's inputs read for a source in another process."""
+    standin: Output[Any] = Output()
+    standin._attr = name  # no node: its name is the source's whole name
+    return standin
+
+
+def split(port: Output[Any], name: str) -> Crossing:
+    """The latest message of ``port`` (named ``name``) as it crosses: its tensors (on the
+    CPU) and the rest."""
+    latest = port._latest
+    assert latest is not None
+    message, _, nest, stamp, number = latest
+    if nest is None:
+        return name, [message.cpu()], None, stamp, number
+    positions = tuple(i for i, leaf in enumerate(nest.leaves) if isinstance(leaf, torch.Tensor))
+    tensors = [nest.leaves[i].cpu() for i in positions]
+    holes = [0 if isinstance(leaf, torch.Tensor) else leaf for leaf in nest.leaves]
+    return name, tensors, (rebuild(nest.spec, holes), positions), stamp, number
+
+
+def joined(tensors: Sequence[torch.Tensor], rest: Rest) -> tuple[Any, Nest | None]:
+    """The message ``split`` took apart, and what its nest is (None for a bare tensor)."""
+    if rest is None:
+        return tensors[0], None
+    skeleton, positions = rest
+    leaves, spec = flatten(skeleton)
+    for tensor, i in zip(tensors, positions, strict=True):
+        leaves[i] = tensor
+    return rebuild(spec, leaves), Nest(spec, leaves)
+
+
+class Standins:
+    """This process's stand-ins, by the source's name, and publishing onto them."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.ports = {name: make_standin(name) for name in names}
+        self._sent: dict[str, int] = {}  # the sender's number of the latest message, by name
+
+    def publish(
+        self, engine: Engine | None, name: str, message: Any, nest: Nest | None, *, stamp: float, number: int
+    ) -> None:
+        """Make ``message`` the latest of stand-in ``name``; wake its triggered readers."""
+        port = self.ports[name]
+        before = self._sent.get(name)
+        self._sent[name] = number
+        step = 1 if before is None or number <= before else number - before
+        latest = port._latest
+        version = 0 if nest is not None else message._version
+        port._latest = (message, version, nest, stamp, step if latest is None else latest[4] + step)
+        for watcher in port._watchers:
+            watcher(message)
+        if engine is not None and port._wakes:
+            engine.arrived(port)
+
+    def restart_numbers(self) -> None:
+        """A restore or a start: the next message from each sender counts one."""
+        self._sent.clear()
+
+
+class Forwarders:
+    """Watchers on this process's outputs that have readers in other processes."""
+
+    def __init__(self, outputs: dict[str, Output[Any]], virtual: bool) -> None:
+        self.outputs = outputs
+        self.virtual = virtual
+        self.outbox: list[Crossing] = []  # virtual timer: this tag's crossings
+        self._watchers: list[tuple[Output[Any], Callable[[Any], None]]] = []
+        self._rings: dict[str, RingWriter] = {}
+        self._pipes: dict[str, list[Pipe]] = {}
+
+    def install(self, pipes: dict[str, list[Pipe]]) -> None:
+        """Forward from now on: ``pipes`` gives the pipes of each output's reader processes."""
+        self._pipes = pipes
+        for name, port in self.outputs.items():
+            watcher = self._collector(port, name) if self.virtual else self._sender(port, name)
+            port._add_watcher(watcher)
+            self._watchers.append((port, watcher))
+
+    def remove(self) -> None:
+        for port, watcher in self._watchers:
+            port._remove_watcher(watcher)
+        self._watchers.clear()
+        for ring in self._rings.values():
+            ring.close()
+        self._rings.clear()
+
+    def _collector(self, port: Output[Any], name: str) -> Callable[[Any], None]:
+        outbox = self.outbox
+
+        def collect(message: Any) -> None:
+            outbox.append(split(port, name))
+
+        return collect
+
+    def _sender(self, port: Output[Any], name: str) -> Callable[[Any], None]:
+        ring = self._rings[name] = RingWriter()
+        pipes = self._pipes[name]
+
+        def send(message: Any) -> None:
+            _, tensors, rest, stamp, number = split(port, name)
+            announce = ring.write(tensors, stamp, number)
+            record = pickle.dumps((name, number, rest), protocol=pickle.HIGHEST_PROTOCOL)
+            shared = None if announce is None else bytes(ForkingPickler.dumps(("announce", name, announce)))
+            for pipe in pipes:
+                pipe.send(record, shared)
+
+        return send
+
+
+class Pipe:
+    """One end that writes to another process's wake pipe, shared by this process's senders."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._lock = threading.Lock()
+        self.broken = False
+
+    def send(self, record: bytes, announce: bytes | None) -> None:
+        with self._lock:
+            if self.broken:
+                return
+            try:
+                if announce is not None:  # before the record it is about
+                    self.connection.send_bytes(announce)
+                self.connection.send_bytes(record)
+            except OSError:  # the reader's process ended: the host stops the run for it
+                self.broken = True
+
+
+class Receiver:
+    """The threads that publish the messages other processes send here (real-time timer).
+
+    One thread per process that sends here, blocked in a read of its pipe (no poll, no
+    selector): each record is taken as it comes, and reads the newest slot of its output, so
+    a reader that falls behind skips to the latest message (proc.latest-value). A thread ends
+    when its sender's process closes the pipe (it stopped, or died).
+    """
+
+    def __init__(self, engine: Engine, standins: Standins, connections: Sequence[Connection]) -> None:
+        self.engine = engine
+        self.standins = standins
+        self._readers: dict[str, RingReader] = {}
+        self._published: dict[str, int] = {}  # the number of the latest message published
+        self._stopped = False
+        self._threads = [
+            threading.Thread(target=self._main, args=(connection,), name="mujou-ports-in", daemon=True)
+            for connection in connections
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Publish nothing more (the threads end with their senders' pipes)."""
+        self._stopped = True
+
+    def _main(self, connection: Connection) -> None:
+        while True:
+            try:
+                record = pickle.loads(connection.recv_bytes())
+            except (EOFError, OSError):
+                return  # the sender's process ended
+            if self._stopped:
+                continue
+            if record[0] == "announce":
+                _, name, announce = record
+                reader = self._readers.get(name)
+                if reader is None:
+                    self._readers[name] = RingReader(announce)
+                else:
+                    reader.reannounce(announce)
+                continue
+            self._publish(*record)
+
+    def _publish(self, name: str, number: int, rest: Rest) -> None:
+        """Publish the newest slot of ``name``, unless it is out already, or it is newer than
+        the record and its nest's structure comes with a later record."""
+        got = self._readers[name].latest()
+        if got is None:
+            return
+        slot_number, stamp, tensors = got
+        if slot_number <= self._published.get(name, 0):
+            return  # published already, by an earlier record that found it newest
+        if rest is not None and slot_number != number:
+            return
+        self._published[name] = slot_number
+        message, nest = joined(tensors, rest)
+        if not self.engine.ended:
+            self.standins.publish(self.engine, name, message, nest, stamp=stamp, number=slot_number)

@@ -1,0 +1,391 @@
+"""Unit tests of the shared-memory ring that carries one output's messages across processes."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import pickle
+import platform
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+
+import pytest
+import torch
+from _support import HANG_GUARD
+
+from mujou._processes import _ring
+from mujou._processes._ring import Announce, RingReader, RingWriter
+
+
+def passed(announce: Announce) -> Announce:
+    """``announce`` as another process gets it: through ForkingPickler (a shared buffer)."""
+    copy = pickle.loads(ForkingPickler.dumps(announce))
+    assert isinstance(copy, Announce)
+    return copy
+
+
+def read(reader: RingReader) -> tuple[int, float, list[torch.Tensor]]:
+    got = reader.latest()
+    assert got is not None, "latest() returned None after a write"
+    return got
+
+
+def assert_same(got: list[torch.Tensor], sent: list[torch.Tensor]) -> None:
+    assert len(got) == len(sent)
+    for index, (a, b) in enumerate(zip(got, sent, strict=True)):
+        assert a.dtype == b.dtype and a.shape == b.shape, (index, a.dtype, a.shape, b.dtype, b.shape)
+        assert torch.equal(a, b), (index, a, b)
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.linspace(-1, 1, 7, dtype=torch.float32),
+        torch.linspace(-1, 1, 7, dtype=torch.float64).reshape(7, 1),
+        torch.arange(-3, 9, dtype=torch.int64).reshape(3, 4),
+        torch.tensor([True, False, True]),
+        torch.linspace(-2, 2, 5, dtype=torch.bfloat16),
+        torch.arange(256, dtype=torch.uint8),
+        torch.tensor(2.5),  # 0-d
+        torch.tensor(7, dtype=torch.int64),  # 0-d
+        torch.empty(0),
+        torch.empty(3, 0, 2, dtype=torch.float64),
+        torch.arange(1 << 20, dtype=torch.uint8),  # 1 MiB
+        torch.arange(24.0).reshape(2, 3, 4).permute(2, 0, 1),  # non-contiguous
+        torch.arange(40, dtype=torch.int64)[::3],  # non-contiguous, strided
+        torch.arange(5.0).expand(3, 5),  # a stride of 0
+    ],
+    ids=lambda t: f"{t.dtype}-{tuple(t.shape)}-{'c' if t.is_contiguous() else 'nc'}",
+)
+def test_round_trip_of_one_leaf(tensor: torch.Tensor) -> None:
+    writer = RingWriter()
+    announce = writer.write([tensor], 0.25, 1)
+    assert announce is not None and announce.generation == 1
+    assert announce.layout == ((tensor.dtype, tuple(tensor.shape)),)
+    number, stamp, got = read(RingReader(passed(announce)))
+    assert (number, stamp) == (1, 0.25)
+    assert_same(got, [tensor])
+    assert got[0].is_contiguous()
+
+
+def test_round_trip_of_several_leaves_and_of_none() -> None:
+    leaves = [
+        torch.tensor(3.0),
+        torch.ones(3, 5, dtype=torch.bfloat16),
+        torch.tensor([[True], [False]]),
+        torch.empty(0, dtype=torch.int64),
+        torch.arange(17, dtype=torch.uint8),  # 17 bytes: the next leaf still lands aligned
+        torch.full((2, 2), -4.5, dtype=torch.float64).t(),
+    ]
+    writer = RingWriter()
+    reader = RingReader(passed(_first(writer.write(leaves, 1.0, 10))))
+    assert_same(read(reader)[2], leaves)
+
+    writer_of_none = RingWriter()
+    announce = _first(writer_of_none.write([], 2.0, 1))
+    assert announce.layout == ()
+    assert read(RingReader(passed(announce))) == (1, 2.0, [])
+
+
+def _first(announce: Announce | None) -> Announce:
+    assert announce is not None, "the first write returned no Announce"
+    return announce
+
+
+def test_nothing_written_yet_gives_none() -> None:
+    # A reader can only exist after a first write; a ring whose done counter is still 0
+    # (between its allocation and the end of its first write) reads as empty.
+    writer = RingWriter()
+    announce = _first(writer.write([torch.ones(2)], 0.0, 1))
+    reader = RingReader(passed(announce))
+    _ring._Ring(announce).words[_ring._DONE] = 0
+    assert reader.latest() is None
+
+
+def test_numbers_and_stamps_of_the_newest_write() -> None:
+    writer = RingWriter(slots=3)
+    reader = RingReader(passed(_first(writer.write([torch.tensor(0)], 0.0, 5))))
+    for number in range(6, 20, 3):  # more writes than slots: the ring wraps
+        assert writer.write([torch.tensor(number)], number / 8, number) is None
+        got_number, stamp, (value,) = read(reader)
+        assert (got_number, stamp, int(value)) == (number, number / 8, number)
+        assert read(reader)[0] == number  # reading again gives the same, newest, message
+
+
+def test_numbers_must_increase() -> None:
+    writer = RingWriter()
+    writer.write([torch.ones(1)], 0.0, 3)
+    with pytest.raises(ValueError, match=r"^message numbers must increase: got 3 after 3$"):
+        writer.write([torch.ones(1)], 0.0, 3)
+
+
+def test_latest_returns_copies_the_reader_owns() -> None:
+    writer = RingWriter()
+    sent = torch.arange(6.0)
+    reader = RingReader(passed(_first(writer.write([sent], 0.0, 1))))
+    _, _, (first,) = read(reader)
+    first.fill_(-1.0)
+    _, _, (second,) = read(reader)
+    assert torch.equal(second, sent)
+    assert second.data_ptr() != first.data_ptr()
+    sent.fill_(9.0)  # the writer's input is copied too
+    assert torch.equal(read(reader)[2][0], torch.arange(6.0))
+
+
+def test_a_new_layout_reallocates_and_the_reader_follows_the_reannounce() -> None:
+    writer = RingWriter()
+    announce = _first(writer.write([torch.zeros(4)], 0.0, 1))
+    reader = RingReader(passed(announce))
+    changes = [
+        [torch.zeros(5)],  # another shape
+        [torch.zeros(5, dtype=torch.float64)],  # another dtype
+        [torch.zeros(5, dtype=torch.float64), torch.tensor(1)],  # another leaf count
+        [],
+    ]
+    previous = 1
+    for generation, leaves in enumerate(changes, start=2):
+        number = generation * 10
+        again = _first(writer.write(leaves, float(number), number))
+        assert again.generation == generation
+        assert again.layout == tuple((t.dtype, tuple(t.shape)) for t in leaves)
+        assert read(reader)[0] == previous  # the old ring still reads its last message
+        reader.reannounce(passed(again))
+        assert reader.generation == generation
+        got_number, stamp, got = read(reader)
+        assert (got_number, stamp) == (number, float(number))
+        assert_same(got, leaves)
+        assert writer.write(leaves, float(number + 1), number + 1) is None  # same layout: no new ring
+        previous = number + 1
+    with pytest.raises(ValueError, match=r"^a re-announce must be of a newer generation than 5, "):
+        reader.reannounce(passed(announce))
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"^slots must be an int >= 1, got float: 2.0$"):
+        RingWriter(2.0)  # type: ignore[arg-type]  # the wrong type, on purpose
+    with pytest.raises(ValueError, match=r"^slots must be an int >= 1, got 0$"):
+        RingWriter(0)
+    writer = RingWriter()
+    with pytest.raises(TypeError, match=r"^leaf 1 of the message is not a tensor: 3$"):
+        writer.write([torch.ones(1), 3], 0.0, 1)  # type: ignore[list-item]  # on purpose
+    with pytest.raises(TypeError, match=r"^leaf 0 of the message is a torch.sparse_coo tensor; "):
+        writer.write([torch.eye(2).to_sparse()], 0.0, 1)
+    announce = _first(writer.write([torch.ones(1)], 0.0, 1))
+    with pytest.raises(ValueError, match=r"^the announce's buffer is not in shared memory: "):
+        RingReader(pickle.loads(pickle.dumps(announce)))  # plain pickle copies the bytes
+    writer.close()
+    with pytest.raises(RuntimeError, match=r"^the ring writer is closed$"):
+        writer.write([torch.ones(1)], 0.0, 2)
+    reader = RingReader(announce)
+    reader.close()
+    with pytest.raises(RuntimeError, match=r"^the ring reader is closed$"):
+        reader.latest()
+
+
+def test_a_leaf_that_requires_grad_is_copied_without_a_graph() -> None:
+    # A slot is a dtype view of the buffer, which autograd does not track back to the buffer:
+    # a copy_ under grad mode would put the slot's view itself in the message's graph, which
+    # would then keep the graph (and its leaf) alive until the slot is written again.
+    writer = RingWriter()
+    leaf = torch.ones(3, requires_grad=True)
+    announce = _first(writer.write([leaf * 2], 0.0, 1))
+    _, _, (got,) = read(RingReader(passed(announce)))
+    assert not got.requires_grad and torch.equal(got, torch.full((3,), 2.0))
+    alive = weakref.ref(leaf)
+    del leaf
+    gc.collect()
+    assert alive() is None, "the ring's slot holds the written message's autograd graph"
+
+
+@pytest.fixture
+def interleave(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, int, Callable[[], None]], None]]:
+    """Run an action just before the ``at``-th leaf copy (0-based) of ``"in"`` or ``"out"``.
+
+    It simulates the other end running in the middle of a copy: a deterministic race.
+    """
+
+    def arrange(which: str, at: int, action: Callable[[], None]) -> None:
+        name = "_copy_in" if which == "in" else "_copy_out"
+        original = getattr(_ring, name)
+        calls = [0]
+
+        def copy(*args: torch.Tensor) -> torch.Tensor | None:
+            if calls[0] == at:
+                action()
+            calls[0] += 1
+            return original(*args)  # type: ignore[no-any-return]  # _copy_in's None or _copy_out's
+
+        monkeypatch.setattr(_ring, name, copy)
+
+    yield arrange
+
+
+def test_a_writer_that_laps_the_reader_during_its_copy_makes_it_copy_again(
+    interleave: Callable[[str, int, Callable[[], None]], None],
+) -> None:
+    # Two leaves: the reader copies leaf 0 of write 1, then the writer runs K = 2 whole writes
+    # (the second one into the reader's slot), then the reader copies leaf 1: a torn copy,
+    # which the re-check of "started" must catch.
+    writer = RingWriter(slots=2)
+    reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)] * 2, 1.0, 1))))
+
+    def lap() -> None:
+        for n in (2, 3):
+            writer.write([torch.full((8,), float(n))] * 2, float(n), n)
+
+    interleave("out", 1, lap)
+    number, stamp, (a, b) = read(reader)
+    assert (number, stamp) == (3, 3.0), "the reader returned the torn copy instead of trying again"
+    assert torch.equal(a, torch.full((8,), 3.0)) and torch.equal(b, a), (a, b)
+
+
+def test_a_reader_during_a_write_gets_the_previous_message(
+    interleave: Callable[[str, int, Callable[[], None]], None],
+) -> None:
+    # The reader runs after the writer copied leaf 0 of write 2 (of 2 slots); write 1 is the
+    # newest complete one, and slot 0 (write 2's) is half written.
+    writer = RingWriter(slots=2)
+    reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)] * 2, 1.0, 1))))
+    seen: list[tuple[int, float, list[torch.Tensor]]] = []
+    interleave("in", 1, lambda: seen.append(read(reader)))
+    writer.write([torch.full((8,), 2.0)] * 2, 2.0, 2)
+    ((number, stamp, (a, b)),) = seen
+    assert (number, stamp) == (1, 1.0), (number, stamp, a, b)
+    assert torch.equal(a, torch.full((8,), 1.0)) and torch.equal(b, a), (a, b)
+    assert read(reader)[0] == 2
+
+
+def test_a_writer_still_writing_the_reader_s_slot_makes_it_copy_again(
+    interleave: Callable[[str, int, Callable[[], None]], None],
+) -> None:
+    # Before the reader copies write 1 (slot 1 of 2), a writer thread runs write 2 (slot 0)
+    # and half of write 3 (slot 1 again: leaf 0 only), then waits. The reader's copy is torn
+    # (leaf 0 of write 3, leaf 1 of write 1) while write 3 is not done: only "started",
+    # stored before the writer touched the slot, can tell the reader to copy again.
+    writer = RingWriter(slots=2)
+    reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)] * 2, 1.0, 1))))
+    midway, resume = threading.Event(), threading.Event()
+
+    def pause_writer() -> None:
+        midway.set()
+        if not resume.wait(HANG_GUARD):
+            raise RuntimeError("the test never let the writer go on")
+
+    def write_on() -> None:
+        for n in (2, 3):
+            writer.write([torch.full((8,), float(n))] * 2, float(n), n)
+
+    thread = threading.Thread(target=write_on, name="ring-test-writer")
+
+    def start_writer() -> None:
+        thread.start()
+        if not midway.wait(HANG_GUARD):
+            pytest.fail("the writer thread never reached the middle of write 3")
+
+    interleave("in", 3, pause_writer)  # writes 2 and 3 copy leaves 0, 1, 2, 3: before leaf 1 of write 3
+    interleave("out", 0, start_writer)
+    try:
+        number, stamp, (a, b) = read(reader)
+    finally:
+        resume.set()
+        thread.join(HANG_GUARD)
+    assert (number, stamp) == (2, 2.0), (number, stamp, a, b)
+    assert torch.equal(a, torch.full((8,), 2.0)) and torch.equal(b, a), (a, b)
+    assert read(reader)[0] == 3
+
+
+def test_the_fence_without_libatomic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_ring, "_fence_libraries", lambda: iter([("no-such-library.so", "fence")]))
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    fence, problem = _ring._find_fence()
+    assert problem is None  # x86: a locked instruction
+    fence()
+    fence()  # the lock was released
+
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    _, problem = _ring._find_fence()
+    assert problem is not None and "'aarch64'" in problem and "libatomic" in problem, problem
+    monkeypatch.setattr(_ring, "_NO_FENCE", problem)
+    with pytest.raises(RuntimeError, match=r"^the shared-memory ring between processes needs a memory fence"):
+        RingWriter().write([torch.ones(1)], 0.0, 1)
+
+
+# --- across processes --------------------------------------------------------------------------
+
+_BIG = 64 * 1024  # float32 elements: 256 KiB, so that copies overlap
+_PATTERNS = 16  # message n holds n % _PATTERNS everywhere; the writer precomputes them
+_MESSAGES = 3000
+
+
+def _write_numbers(conn: Connection, count: int, slots: int) -> None:
+    """The child: write messages 1..count, message n a big tensor holding n % _PATTERNS."""
+    torch.set_num_threads(1)
+    sources = [torch.full((_BIG,), float(value)) for value in range(_PATTERNS)]
+    writer = RingWriter(slots)
+    conn.send(writer.write([sources[1]], 1.0, 1))
+    if conn.recv() != "go":
+        return
+    for number in range(2, count + 1):
+        writer.write([sources[number % _PATTERNS]], float(number), number)
+    conn.recv()  # "bye": the parent read the last message
+    writer.close()
+    conn.close()
+
+
+def _torch_segments() -> set[str]:
+    shm = Path("/dev/shm")
+    return {entry.name for entry in shm.iterdir() if "torch" in entry.name} if shm.is_dir() else set()
+
+
+def _recv(conn: Connection, what: str) -> object:
+    if not conn.poll(HANG_GUARD):
+        pytest.fail(f"timed out waiting for {what} from the writer's process")
+    return conn.recv()
+
+
+def test_reads_across_processes_are_never_torn_and_leave_no_segment() -> None:
+    before = _torch_segments()
+    context = multiprocessing.get_context("spawn")
+    here, there = context.Pipe()
+    child = context.Process(target=_write_numbers, args=(there, _MESSAGES, 2), name="ring-writer")
+    child.start()
+    there.close()
+    try:
+        announce = _recv(here, "the announce")
+        assert isinstance(announce, Announce)
+        reader = RingReader(announce)
+        here.send("go")
+        last, reads, deadline = 0, 0, time.monotonic() + HANG_GUARD
+        while last < _MESSAGES:
+            number, stamp, (tensor,) = read(reader)
+            reads += 1
+            expected = float(number % _PATTERNS)
+            if not bool((tensor == expected).all()):
+                low, high = float(tensor.min()), float(tensor.max())
+                pytest.fail(f"torn read of message {number}: values {low}..{high}, expected {expected}")
+            assert stamp == float(number), (number, stamp)
+            assert number >= last, f"message {number} read after message {last}"
+            last = number
+            if time.monotonic() > deadline:  # a hang guard, not a timing assertion
+                pytest.fail(f"the writer's process never wrote message {_MESSAGES} (last read {last})")
+        here.send("bye")
+        child.join(HANG_GUARD)
+        assert child.exitcode == 0, f"the writer's process ended with exit code {child.exitcode}"
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(HANG_GUARD)
+        here.close()
+    reader.close()
+    del reader, announce
+    gc.collect()
+    ours = (f"_{os.getpid()}_", f"_{child.pid}_")  # torch names a segment torch_<pid>_...
+    left = {name for name in _torch_segments() - before if any(pid in name for pid in ours)}
+    assert not left, f"shared-memory segments left in /dev/shm: {sorted(left)}"
+    assert reads >= 1
