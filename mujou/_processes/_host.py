@@ -65,6 +65,9 @@ class Processes:
         # The host's objects of ports mirrored, with what they held before: given back at the end.
         self._mirrored: dict[int, tuple[_Port, Latest | None]] = {}
         self._stopping = False
+        self._running = False  # the timers started (go): a failure stops the run from then on
+        self._early: BaseException | None = None
+        self._fail_lock = threading.Lock()
         self._final: dict[str, tuple[Any, RunStats, dict[str, Any]]] = {}  # by group, once ended
         self._stop_lock = threading.Lock()
         self.closed = False
@@ -245,6 +248,11 @@ class Processes:
             for output, readers in self.placement.outgoing[HOST].items()
         }
         self.host.go(origin, pipes, self.host_inbound)
+        with self._fail_lock:
+            self._running = True
+            early = self._early
+        if early is not None:  # a process failed between its last reply and the start
+            self.fail(early)
 
     # -- the virtual timer -----------------------------------------------------------------
 
@@ -349,7 +357,18 @@ class Processes:
             self.fail(group.died())
 
     def fail(self, error: BaseException) -> None:
-        """Stop the run for ``error`` of another process (the first error stands)."""
+        """Stop the run for ``error`` of another process (the first error stands).
+
+        Before the timers start, the start itself reports a failure (a command's reply, or the
+        death of the process it waits for) and undoes what started: the error is kept for
+        ``go`` then, and the host's engine, which may be running its nodes' on_start, is left
+        alone.
+        """
+        with self._fail_lock:
+            if not self._running:
+                if self._early is None:
+                    self._early = error
+                return
         engine = self.host.engine
         with engine.lock:
             engine.policy.abort(error)
