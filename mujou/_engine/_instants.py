@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 MICROSTEPS_MAX = 10_000
 
 
+def nothing_can_happen() -> RuntimeError:
+    """The error of a virtual-timer wait that no update and no message can ever end."""
+    return RuntimeError(
+        "nothing can happen in this run: every node is triggered only and no "
+        "message is on the way, so the virtual time would never move; write "
+        "an input (run.write) first, or give the wait a timeout"
+    )
+
+
 class Instants:
     """The instants of the virtual timer; the fields and the wake-ups are Engine's."""
 
@@ -137,11 +146,7 @@ class Instants:
                         clock.set(until)
                         return False
                     if due == math.inf:
-                        raise RuntimeError(
-                            "nothing can happen in this run: every node is triggered only and no "
-                            "message is on the way, so the virtual time would never move; write "
-                            "an input (run.write) first, or give the wait a timeout"
-                        )
+                        raise nothing_can_happen()
                     self._start_instant(due)
             finally:
                 self.advance_until = None

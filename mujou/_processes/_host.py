@@ -2,7 +2,7 @@
 
 ``Processes`` holds the host's own ``Member`` and a ``Group`` for each other process, and does
 what the run's calls need from all of them: the start in its phases, the virtual timer's tags
-(proc.virtual), the state tree and stats (proc.state), the stop (proc.cleanup).
+(proc.virtual, in ``_lockstep``), the state tree and stats (proc.state), the stop (proc.cleanup).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
-import math
 import multiprocessing
 import threading
 import time
@@ -21,7 +20,6 @@ from typing import Any
 
 import torch
 
-from .._engine._collect import stopping_now
 from .._errors import HookError, MujouInternalError, ProcessError
 from .._net import Net
 from .._node import Node
@@ -32,7 +30,8 @@ from .._trace import TraceRecorder
 from ._child import Setup, main
 from ._gather import merge_stats, merge_trees
 from ._group import Group, rebuild_failure
-from ._member import Failure, Member
+from ._lockstep import advance
+from ._member import Member
 from ._pack import pack
 from ._placement import HOST, Placement
 from ._wire import Crossing, Pipe
@@ -149,11 +148,11 @@ class Processes:
                 on_warning=self.host.engine.hooks.queue_warning,
             )
             group._lock.acquire()  # the reply to come: the nodes rebuilt, or why not
-        self._broadcast_receive(self.groups.values())  # each rebuilt its nodes, or failed
+        self.receive_all(self.groups.values())  # each rebuilt its nodes, or failed
         for group in self.groups.values():
             group.start_reading()
 
-    def _broadcast_receive(self, groups: Iterable[Group]) -> list[Any]:
+    def receive_all(self, groups: Iterable[Group]) -> list[Any]:
         """Wait for the reply of each group, in turn; raise the first error after all replied."""
         replies: list[Any] = []
         first: BaseException | None = None
@@ -177,7 +176,7 @@ class Processes:
                 group.send(command, *args)
                 sent.append(group)
         finally:
-            replies = self._broadcast_receive(sent)
+            replies = self.receive_all(sent)
         return dict(zip((g.name for g in sent), replies, strict=True))
 
     def start(self, states: Sequence[Any] | None) -> list[tuple[str, str]]:
@@ -201,7 +200,7 @@ class Processes:
         except BaseException as exc:
             first = exc
         try:
-            for found_ in self._broadcast_receive(sent):
+            for found_ in self.receive_all(sent):
                 errors += found_
         except BaseException as exc:
             if first is None:
@@ -237,7 +236,7 @@ class Processes:
                 sent.append(group)
         if incoming[HOST]:
             self.host.apply(incoming[HOST], wake=wake)
-        return dict(zip((group.name for group in sent), self._broadcast_receive(sent), strict=True))
+        return dict(zip((group.name for group in sent), self.receive_all(sent), strict=True))
 
     def go(self) -> None:
         """Start every process's timer at one origin (the monotonic clock is the machine's)."""
@@ -257,82 +256,8 @@ class Processes:
     # -- the virtual timer -----------------------------------------------------------------
 
     def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
-        """Run the tags up to ``until`` in every process, one at a time (proc.virtual).
-
-        Each tag: every process runs its updates of the tag and commits them; the messages
-        that cross are handed to their readers' processes; the next tag is the earliest due
-        time of all. ``done`` is asked between tags, as ``Engine.advance`` does.
-        """
-        host, engine = self.host, self.host.engine
-        policy = engine.policy
-        if self.closed or stopping_now(policy):  # the run has ended, or is ending: no tag runs
-            with engine.lock:
-                engine.host_wait(lambda: engine.ended)
-            return done() if done is not None else False
-        self.all("begin_advance")
-        host.begin_advance()
-        dues = self.all("next_due")
-        dues[HOST] = host.next_due()
-        while True:
-            if stopping_now(policy):
-                with engine.lock:
-                    engine.host_wait(lambda: engine.ended)
-                break
-            if done is not None and done():
-                return True
-            due = min(dues.values())
-            if until is not None and due > until:
-                self.all("set_time", until)
-                host.set_time(until)
-                return False
-            if due == math.inf:
-                raise RuntimeError(
-                    "nothing can happen in this run: every node is triggered only and no "
-                    "message is on the way, so the virtual time would never move; write "
-                    "an input (run.write) first, or give the wait a timeout"
-                )
-            self._tag(due, dues)
-        return done() if done is not None else False
-
-    def _tag(self, due: float, dues: dict[str, float]) -> None:
-        """One tag in every process; ``dues`` becomes each process's next due time."""
-        host = self.host
-        groups = list(self.groups.values())
-        for group in groups:
-            group.send("instant", due)
-        crossed, failure = host.instant(due)
-        crossings: dict[str, Sequence[Crossing]] = {HOST: crossed}
-        failures: list[tuple[str, Failure]] = [] if failure is None else [(HOST, failure)]
-        replies = self._broadcast_receive(groups)
-        for group, (found, failed, events, next_due) in zip(groups, replies, strict=True):
-            crossings[group.name] = found
-            dues[group.name] = next_due
-            group.wait_events(events)  # the messages of the ports the host watches
-            if failed is not None:
-                failures.append((group.name, failed))
-        dues.update(self.deliver(crossings, wake=True))
-        dues[HOST] = host.next_due()
-        if failures:
-            self._fail_first(failures)
-
-    def _fail_first(self, failures: list[tuple[str, Failure]]) -> None:
-        """Of the failures of one tag, the earliest registered node's is the run's error
-        (sched.virtual-failure), whichever process it was in."""
-        order = {node.name: i for i, node in enumerate(self.nodes)}
-
-        def rank(item: tuple[str, Failure]) -> int:
-            failure = item[1]
-            return order.get(failure[1], len(order)) if failure[0] == "hook" else -1
-
-        process, failure = min(failures, key=rank)
-        error = self.host.engine.error if process == HOST else rebuild_failure(failure, process)
-        assert error is not None
-        engine = self.host.engine
-        with engine.lock:
-            engine.policy.error = error
-            engine.policy.begin_stop()
-            engine.deliver()
-        self.stop_groups_soon()
+        """Run the tags up to ``until`` in every process, one at a time (proc.virtual)."""
+        return advance(self, until, done)
 
     # -- events ----------------------------------------------------------------------------
 

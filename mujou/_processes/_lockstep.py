@@ -1,0 +1,100 @@
+"""The virtual timer over a run's processes: one tag at a time, in lockstep (proc.virtual).
+
+Each tag, every process runs its updates of the tag and commits them; the messages that
+cross go to their readers' processes, which publish them with their arrivals; the next tag
+is then the earliest due time of all. This reproduces what one process does at each instant
+(``Engine.advance``), one barrier per tag.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from .._engine._collect import stopping_now
+from .._engine._instants import nothing_can_happen
+from ._group import rebuild_failure
+from ._member import Failure
+from ._placement import HOST
+from ._wire import Crossing
+
+if TYPE_CHECKING:
+    from ._host import Processes
+
+
+def advance(processes: Processes, until: float | None, done: Callable[[], bool] | None) -> bool:
+    """Run the tags up to ``until`` in every process, one at a time (proc.virtual).
+
+    Each tag: every process runs its updates of the tag and commits them; the messages
+    that cross are handed to their readers' processes; the next tag is the earliest due
+    time of all. ``done`` is asked between tags, as ``Engine.advance`` does.
+    """
+    host, engine = processes.host, processes.host.engine
+    policy = engine.policy
+    if processes.closed or stopping_now(policy):  # the run has ended, or is ending: no tag runs
+        with engine.lock:
+            engine.host_wait(lambda: engine.ended)
+        return done() if done is not None else False
+    processes.all("begin_advance")
+    host.begin_advance()
+    dues = processes.all("next_due")
+    dues[HOST] = host.next_due()
+    while True:
+        if stopping_now(policy):
+            with engine.lock:
+                engine.host_wait(lambda: engine.ended)
+            break
+        if done is not None and done():
+            return True
+        due = min(dues.values())
+        if until is not None and due > until:
+            processes.all("set_time", until)
+            host.set_time(until)
+            return False
+        if due == math.inf:
+            raise nothing_can_happen()
+        _tag(processes, due, dues)
+    return done() if done is not None else False
+
+
+def _tag(processes: Processes, due: float, dues: dict[str, float]) -> None:
+    """One tag in every process; ``dues`` becomes each process's next due time."""
+    host = processes.host
+    groups = list(processes.groups.values())
+    for group in groups:
+        group.send("instant", due)
+    crossed, failure = host.instant(due)
+    crossings: dict[str, Sequence[Crossing]] = {HOST: crossed}
+    failures: list[tuple[str, Failure]] = [] if failure is None else [(HOST, failure)]
+    replies = processes.receive_all(groups)
+    for group, (found, failed, events, next_due) in zip(groups, replies, strict=True):
+        crossings[group.name] = found
+        dues[group.name] = next_due
+        group.wait_events(events)  # the messages of the ports the host watches
+        if failed is not None:
+            failures.append((group.name, failed))
+    dues.update(processes.deliver(crossings, wake=True))
+    dues[HOST] = host.next_due()
+    if failures:
+        _fail_first(processes, failures)
+
+
+def _fail_first(processes: Processes, failures: list[tuple[str, Failure]]) -> None:
+    """Of the failures of one tag, the earliest registered node's is the run's error
+    (sched.virtual-failure), whichever process it was in."""
+    order = {node.name: i for i, node in enumerate(processes.nodes)}
+
+    def rank(item: tuple[str, Failure]) -> int:
+        failure = item[1]
+        return order.get(failure[1], len(order)) if failure[0] == "hook" else -1
+
+    process, failure = min(failures, key=rank)
+    error = processes.host.engine.error if process == HOST else rebuild_failure(failure, process)
+    assert error is not None
+    engine = processes.host.engine
+    with engine.lock:
+        engine.policy.error = error
+        engine.policy.begin_stop()
+        engine.deliver()
+    processes.stop_groups_soon()
