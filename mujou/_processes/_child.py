@@ -21,6 +21,7 @@ import torch
 from .._engine import Engine
 from .._port import _Port
 from .._ports import Input, Output, link
+from .._state import cpu_copy
 from .._timer import RealTimeTimer, Timer, VirtualTimer
 from . import _codec as codec
 from ._member import Member, describe
@@ -199,7 +200,7 @@ class _Commands:
         def forward(message: Any) -> None:
             latest = source._latest
             stamp = 0.0 if latest is None else latest[3]
-            events.send(("message", key, cpu_copy_of(message), stamp))
+            events.send(("message", key, cpu_copy(message), stamp))
 
         self.watches[key] = forward
         source._add_watcher(forward)
@@ -224,9 +225,6 @@ class _Commands:
     def stats(self) -> Any:
         return self.member.stats()
 
-    def time(self) -> float:
-        return self.member.engine.time()
-
     def final(self) -> Any:
         """What the host keeps of this process once the run has ended (run.state-after-error):
         the state tree (or the error taking it raised), the stats, each port's latest message."""
@@ -240,9 +238,3 @@ class _Commands:
     def stop(self) -> Any:
         self.member.stop()
         return self.member.failure()
-
-
-def cpu_copy_of(message: Any) -> Any:
-    from .._state import cpu_copy
-
-    return cpu_copy(message)

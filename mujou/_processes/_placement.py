@@ -112,8 +112,3 @@ def _cross_ports(placement: Placement, nodes: Sequence[Node]) -> None:
                 if there not in readers:
                     readers.append(there)
                 placement.incoming[there].setdefault(port.name, []).append(reader.name)
-
-
-def cross_inputs(placement: Placement, process: str) -> set[str]:
-    """The names of the inputs of ``process``'s nodes whose source is in another process."""
-    return {name for inputs in placement.incoming[process].values() for name in inputs}
