@@ -42,3 +42,21 @@ def test_a_failure_before_the_start_is_kept_for_it() -> None:
     processes.fail(RuntimeError("a later one"))
     assert processes._early is error  # the first stands
     processes.closed = True  # nothing was spawned: nothing to end
+
+
+def test_under_the_virtual_timer_a_process_end_does_not_stop_the_host_at_once() -> None:
+    """A process that failed in a tag says so in its reply, and the tag's end stops the run;
+    its "ended" event, which can come while the host still runs the tag, leaves the host's
+    engine alone (seen in CI: the host's node missed its update of the failing tag).
+    Planted: the event handled as under the real-time timer, and this fails."""
+    net = Two()
+    nodes = list(net.nodes())
+    placement = check_processes(nodes, {"g": net.there})
+    engine = Engine(placement.host, 1, mujou.VirtualTimer(), None)
+    member = Member(engine, placement.host, placement.incoming[HOST], list(placement.outgoing[HOST]))
+    processes: Any = Processes(net, nodes, placement, member, None)
+    processes._running = True
+    failure = ("other", "ValueError", "boom", None, "")
+    processes._on_event(None, ("ended", failure))
+    assert engine.policy.error is None and not engine.policy.stopping
+    processes.closed = True
