@@ -521,6 +521,24 @@ def test_workers_parked_while_a_start_runs_exit_when_it_fails_during_the_stop() 
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+def test_start_jobs_queued_once_stopping_are_dropped(workers: int) -> None:
+    """Found by the processes' start: another process failed and the host's engine began
+    stopping before it queued its on_start jobs; the workers had exited, so the jobs never ran
+    and the start waited for them forever. They are dropped, as begin_stop drops those not
+    begun: the host's wait ends at once, and no node starts."""
+    slots = make_slots(random.Random(13), 3, 0.0)
+    policy = Policy(slots, workers, virtual=False, scale=1.0, gil=False)
+    policy.abort(RuntimeError("another process failed"))
+    assert [policy.next_for_worker(w, 0.0, 0.0)[0] for w in range(workers)] == [EXIT] * workers
+    policy.delivered()
+    policy.queue_jobs([(slot, Job(START)) for slot in slots])
+    assert policy.pending == 0 and not policy.jobs
+    assert all(policy.holder[slot.index] == 0 for slot in slots)
+    assert not any(slot.started for slot in slots)
+    assert check(policy) == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
 def test_a_pause_puts_back_a_held_batch(workers: int) -> None:
     slots = make_slots(random.Random(3), 1, 0.0)
     policy = started_policy(slots, workers)

@@ -119,7 +119,13 @@ class Policy(Ending):
     # -- the host's side -------------------------------------------------------------------
 
     def queue_jobs(self, jobs: Iterable[tuple[Slot, Job]]) -> None:
-        """Queue start or restore jobs, which the host waits for (``pending``)."""
+        """Queue start or restore jobs, which the host waits for (``pending``).
+
+        Once the run is stopping they are dropped, as ``begin_stop`` drops those not begun:
+        those nodes never start, and the workers may have exited already.
+        """
+        if self.stopping:
+            return
         for slot, job in jobs:
             self.pending += 1
             self._queue(slot, job)
