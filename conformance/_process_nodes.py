@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -390,6 +391,54 @@ class Failer(Node):
         self.count += 1
         if self.count == 3:
             explode_in_child(self.count)
+
+
+class Doomed(Node):
+    """Periodic; its process ends (``os._exit``) in its third update."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.1, seed=0)
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        self.count += 1
+        if self.count == 3:
+            os._exit(7)
+
+
+class Lingering(Node):
+    """Periodic; its third update takes half a second of real time (a sleep)."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.1, seed=0)
+        self.updates = 0
+
+    def on_update(self, dt: float) -> None:
+        self.updates += 1
+        if self.updates == 3:
+            time.sleep(0.5)
+
+
+class Counted(Node):
+    """Periodic; counts its updates."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.1, seed=0)
+        self.updates = 0
+
+    def on_update(self, dt: float) -> None:
+        self.updates += 1
+
+
+class DiesInATag(Net):
+    """A node whose process dies at the tag 0.2, and two of the host's due then: the first
+    is still in its update when the death is noticed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lingering = Lingering()
+        self.counted = Counted()
+        self.doomed = Doomed()
 
 
 class RefusalError(Exception):

@@ -27,6 +27,7 @@ import torch
 from _process_nodes import (
     Chain,
     Contextual,
+    DiesInATag,
     Failing,
     HostCalls,
     Inside,
@@ -613,6 +614,27 @@ def test_a_process_that_dies_stops_the_run(tmp_path: Path, clean: Callable[[], N
     assert (tmp_path / "ok").read_text().startswith("stopped after ")
     clean()
     assert error.exitcode == -9 and "SIGKILL" in message, message
+
+
+@pytest.mark.rule("proc.died", "proc.virtual")
+def test_under_the_virtual_timer_the_others_finish_the_tag_a_process_died_in(
+    clean: Callable[[], None],
+) -> None:
+    """The death is noticed while the host's first node of the tag is in its update; the
+    host's second node of the tag still gets its update. Planted: the death stopping the
+    host's engine at once, and this fails (2 updates for 3)."""
+    net = DiesInATag()
+    run = mujou.run(net, timer=vt(), workers=1, processes={"doomed": net.doomed})
+    try:
+        with pytest.raises(mujou.ProcessError) as info:
+            run.sleep(1.0)
+            run.join(timeout=1.0)
+        assert info.value.exitcode == 7
+    finally:
+        with contextlib.suppress(mujou.ProcessError):
+            run.stop()
+    assert (net.lingering.updates, net.counted.updates) == (3, 3)
+    clean()
 
 
 # --- inside a process -------------------------------------------------------------------------------

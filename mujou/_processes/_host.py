@@ -67,6 +67,9 @@ class Processes:
         self._running = False  # the timers started (go): a failure stops the run from then on
         self._early: BaseException | None = None
         self._fail_lock = threading.Lock()
+        # Held while the host runs its part of a virtual tag: a death noticed meanwhile stops the
+        # host's engine only after it, so that every process finishes the tag (proc.died).
+        self.tag_lock = threading.Lock()
         self._final: dict[str, tuple[Any, RunStats, dict[str, Any]]] = {}  # by group, once ended
         self._stop_lock = threading.Lock()
         self.closed = False
@@ -282,7 +285,9 @@ class Processes:
             if failure is not None and not self.host.engine.virtual:
                 self.fail(rebuild_failure(failure, group.name))
         elif kind == "died" and not group.closed:
-            self.fail(group.died())
+            error = group.died()
+            with self.tag_lock:
+                self.fail(error)
 
     def fail(self, error: BaseException) -> None:
         """Stop the run for ``error`` of another process (the first error stands).

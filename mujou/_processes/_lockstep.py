@@ -64,7 +64,8 @@ def _tag(processes: Processes, due: float, dues: dict[str, float]) -> None:
     groups = list(processes.groups.values())
     for group in groups:
         group.send("instant", due)
-    crossed, failure = host.instant(due)
+    with processes.tag_lock:
+        crossed, failure = host.instant(due)
     crossings: dict[str, Sequence[Crossing]] = {HOST: crossed}
     failures: list[tuple[str, Failure]] = [] if failure is None else [(HOST, failure)]
     replies = processes.receive_all(groups)
