@@ -81,9 +81,10 @@ class DueQueue:
     def push_all(self, due: float, indices: list[int]) -> None:
         """Add the nodes ``indices``, in ascending order, all next due at ``due``.
 
-        One merge instead of an insertion each: the rest of a batch goes back in O(n).
+        One merge instead of an insertion each: the rest of a batch goes back in O(n). Nodes
+        due never stay out, as in ``push``.
         """
-        if not indices:
+        if not indices or due == _INF:
             return
         bucket = self._buckets.get(due)
         if bucket is None:
