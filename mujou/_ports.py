@@ -117,7 +117,7 @@ class Output(_Port, Generic[M]):
             for watcher in self._watchers:
                 watcher(message)
             if self._wakes:
-                core.engine.arrived(self)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
+                core.engine.arrived(self, self._slot)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
         else:  # virtual timer: visible once the batch ends (visibility.virtual)
             core.staged.append((self, message, message._version, None, stamp))
 
@@ -168,7 +168,7 @@ class Output(_Port, Generic[M]):
         if core.staged is None:
             self._publish(message, 0, nest, stamp)
             if self._wakes:
-                core.engine.arrived(self)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
+                core.engine.arrived(self, self._slot)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
         else:
             core.staged.append((self, message, 0, nest, stamp))
 

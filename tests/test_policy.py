@@ -20,6 +20,7 @@ from typing import Any, cast
 import pytest
 import torch
 
+from mujou._engine._arrivals import arrive
 from mujou._engine._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
@@ -68,7 +69,9 @@ class Thread:
 class World:
     """The policy, its threads and a fake clock, stepped by a seeded random scheduler."""
 
-    def __init__(self, seed: int, *, virtual: bool, workers: int, gil: bool) -> None:
+    def __init__(
+        self, seed: int, *, virtual: bool, workers: int, gil: bool, send_rate: float | None = None
+    ) -> None:
         self.rng = random.Random(seed)
         self.slots = make_slots(self.rng, self.rng.randint(1, 8), 0.3)
         self.virtual = virtual
@@ -88,7 +91,7 @@ class World:
         # Triggers: an update sends to a random node now and then, waking it (at once, or
         # after a delay); some nodes have no period. Under the virtual timer a send is
         # visible, and triggers, once the instant is over (the engine's commit).
-        self.send_rate = self.rng.choice([0.0, 0.0, 0.1, 0.5])
+        self.send_rate = self.rng.choice([0.0, 0.0, 0.1, 0.5]) if send_rate is None else send_rate
         self.staged: list[tuple[Slot, float]] = []
         if self.send_rate:
             for slot in self.slots[1:]:  # the first keeps its period: something happens
@@ -159,16 +162,16 @@ class World:
         assert thread.slot is not None
         return self.policy.dedicated_holder(thread.slot)
 
-    def send(self) -> None:
-        """An update (or the host) sends to a random node that a trigger wakes."""
+    def send(self, by: Slot) -> None:
+        """The update of ``by`` sends to a random node that a trigger wakes."""
         if self.rng.random() >= self.send_rate:
             return
         target = self.rng.choice(self.slots)
         delay = self.rng.choice([0.0, 0.0, 0.005])
         if self.virtual:
             self.staged.append((target, delay))
-        else:
-            self.policy.trigger(target, self.now + delay)
+        else:  # the sender is named for a trigger due now, as _arrivals.arrive does
+            self.policy.trigger(target, self.now + delay, by if delay == 0.0 else None)
 
     def commit(self) -> None:
         """Virtual timer, the instant over: the staged sends trigger their readers."""
@@ -255,9 +258,12 @@ class World:
             return
         slot = self.slots[thread.current]
         begin_update(slot, thread.start, False)
+        if not self.virtual and self.rng.random() < 0.2:  # the hook took a while
+            self.now += 0.0007
+            self.real += 0.0007
         batch.ran.append(slot)
         thread.current = -1
-        self.send()
+        self.send(slot)
         if self.rng.random() < self.fail_rate:
             slot.hook = "on_update"
             policy.fail(slot, RuntimeError(f"{slot.name} failed"))
@@ -283,7 +289,7 @@ class World:
                 self._sleep(thread, kind, arg)
         elif thread.state == "update":
             begin_update(slot, thread.start, False)
-            self.send()
+            self.send(slot)
             if self.rng.random() < self.fail_rate:
                 slot.hook = "on_update"
                 policy.fail(slot, RuntimeError(f"{slot.name} failed"))
@@ -434,6 +440,13 @@ def test_random_nets_and_interleavings(seed: int) -> None:
     world.run()
 
 
+@pytest.mark.parametrize("seed", range(100))
+def test_random_hand_offs(seed: int) -> None:
+    """One worker, the real-time timer, many sends: the sender's worker runs the updates its
+    sends trigger next (NOTE [ handing off ]), and puts them back when its batch ends first."""
+    World(seed, virtual=False, workers=1, gil=False, send_rate=0.5).run()
+
+
 def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:
     """A real-time policy whose nodes have started and whose timer runs."""
     policy = Policy(slots, workers, virtual=False, scale=1.0, gil=gil)
@@ -536,6 +549,56 @@ def test_start_jobs_queued_once_stopping_are_dropped(workers: int) -> None:
     assert all(policy.holder[slot.index] == 0 for slot in slots)
     assert not any(slot.started for slot in slots)
     assert check(policy) == []
+
+
+def hand_off_policy(workers: int) -> tuple[Policy, list[Slot], Batch]:
+    """Node 0 periodic, node 1 triggered only, node 2 periodic and due later; worker 0 runs
+    node 0's update at 0.01."""
+    slots = make_slots(random.Random(1), 3, 0.0)
+    slots[0].period, slots[1].period, slots[2].period = 0.01, math.inf, 0.05
+    policy = started_policy(slots, workers)
+    kind, batch = policy.next_for_worker(0, 0.01, 0.0)
+    assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]
+    begin_update(slots[batch.todo.pop()], 0.01, False)
+    return policy, slots, batch
+
+
+def test_the_only_worker_runs_what_its_send_triggered_next() -> None:
+    """NOTE [ handing off ]: the update node 0 sends in triggers node 1, which the worker runs
+    next, in the same batch; a pause first puts it back at its own due time."""
+    policy, slots, batch = hand_off_policy(1)
+    policy.trigger(slots[1], 0.0102, slots[0])
+    assert batch.todo == [1] and policy.holder[1] == 1 and policy.busy == 2
+    assert not policy.wake and check(policy, [(1, 0)]) == []
+    batch.ran.append(slots[0])
+    policy.pause()  # the batch ends before node 1 began: it goes back, due at 0.0102
+    assert policy.next_for_worker(0, 0.0103, 0.0)[0] == PARK
+    assert policy.queue.dues[0] == 0.0102 and slots[1].due == 0.0102 and policy.busy == 0
+    assert check(policy) == []
+    policy.release_pause()
+    kind, taken = policy.next_for_worker(0, 0.0104, 0.0)
+    assert kind == RUN and isinstance(taken, Batch) and taken.todo == [1] and taken.due == 0.0102
+
+
+@pytest.mark.parametrize("case", ["two workers", "delay", "earlier work", "host"])
+def test_a_trigger_is_queued_when_the_sender_cannot_take_it(case: str) -> None:
+    """With two workers, a delay, an earlier update in the queue, or the host's write, the
+    triggered node goes to the queue, as it did before the hand-off."""
+    policy, slots, batch = hand_off_policy(2 if case == "two workers" else 1)
+    if case == "earlier work":  # node 2 is late, due before the trigger
+        policy.queue.remove(0.05, 2)
+        slots[2].due = 0.0101
+        policy.queue.push(0.0101, 2)
+    if case == "delay":  # the arrival names no sender for an update due later
+        slots[1].trigger_inputs = (cast(Any, SimpleNamespace(_fresh_next=lambda: True)),)
+        slots[1].delay = 0.005
+        arrive(policy, slots[1], 0.0102, slots[0])
+        assert slots[1].due == 0.0102 + 0.005
+    else:
+        policy.trigger(slots[1], 0.0102, None if case == "host" else slots[0])
+    assert batch.todo == [] and policy.holder[1] == 0
+    assert slots[1].due in policy.queue.dues
+    assert check(policy, [(1, 0)]) == []
 
 
 @pytest.mark.parametrize("workers", [1, 2])

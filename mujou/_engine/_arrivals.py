@@ -31,13 +31,14 @@ def wire(slots: Sequence[Slot]) -> None:
                 source._wakes = (*source._wakes, slot)
 
 
-def arrive(policy: Policy, slot: Slot, now: float) -> None:
+def arrive(policy: Policy, slot: Slot, now: float, by: Slot | None = None) -> None:
     """An arrival at timer time ``now`` on an input of ``slot`` that its trigger names.
 
     With the engine's lock held. When the trigger's condition holds (trigger.any,
     trigger.all, trigger.all-timeout), ``slot`` is due by ``max(s + delay, last +
-    min_interval)`` (trigger.due); an earlier due time stands (``Policy.trigger``). It runs
-    in every send to a triggered node: kept to plain loops.
+    min_interval)`` (trigger.due); an earlier due time stands (``Policy.trigger``). ``by``:
+    the node whose update sent, if any. It runs in every send to a triggered node: kept to
+    plain loops.
     """
     if slot.trigger_all:
         fresh = [port._fresh_next() for port in slot.trigger_inputs]
@@ -57,10 +58,11 @@ def arrive(policy: Policy, slot: Slot, now: float) -> None:
     due = at + slot.delay
     if slot.last + slot.min_interval > due:  # last: the run's start before a first update
         due = slot.last + slot.min_interval
-    policy.trigger(slot, due)
+    policy.trigger(slot, due, by if due <= now else None)
 
 
-def arrived(policy: Policy, port: _Port, now: float) -> None:
-    """A message became visible on ``port`` at ``now``: every node it wakes gets ``arrive``."""
+def arrived(policy: Policy, port: _Port, now: float, by: Slot | None = None) -> None:
+    """A message became visible on ``port`` at ``now`` (sent by ``by``'s update, if any):
+    every node it wakes gets ``arrive``."""
     for slot in port._wakes:
-        arrive(policy, slot, now)
+        arrive(policy, slot, now, by)

@@ -344,10 +344,16 @@ class Workers:
                         slot.due = slot.pending
                     slot.pending = _INF
                 push(slot.due, slot.index)
-            if todo:  # not begun: all still due at batch.due, the first in registration order last
+            if todo:  # not begun: still due at batch.due, the first in registration order last
+                handed = 0  # the nodes handed off (Policy._hand_off), first in todo, due later
                 for index in todo:
                     holder[index] = FREE
                     slots[index].pending = _INF  # its update, still to come, is one after it
+                    if slots[index].due != batch.due:
+                        handed += 1
+                for index in todo[:handed]:
+                    push(slots[index].due, index)
+                del todo[:handed]
                 todo.reverse()
                 self.queue.push_all(batch.due, todo)
             if (ran or todo) and self.workers > 1 and self.queue.dues:  # none: all due never

@@ -287,12 +287,13 @@ class Engine(Instants):
             waker()
         self._unclaim()
 
-    def arrived(self, port: _Port) -> None:
-        """A message was made visible on ``port``, which wakes triggered nodes: a send under
-        the real-time timer, as it returns, or a host write (trigger.real-time, trigger.host)."""
+    def arrived(self, port: _Port, by: Slot | None = None) -> None:
+        """A message was made visible on ``port``, which wakes triggered nodes: a send of
+        ``by``'s update under the real-time timer, as it returns, or a host write (None)
+        (trigger.real-time, trigger.host)."""
         with self.lock:
             policy = self.policy
-            arrived(policy, port, self.clock.now())
+            arrived(policy, port, self.clock.now(), by)
             if policy.wake:
                 self.deliver()
 

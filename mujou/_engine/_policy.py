@@ -376,15 +376,17 @@ class Policy(Ending):
         if self.busy == 0:
             self._quiet()
 
-    def trigger(self, slot: Slot, due: float) -> None:
-        """An update of ``slot`` is due by ``due`` at the latest: a message it waits for came.
+    def trigger(self, slot: Slot, due: float, by: Slot | None = None) -> None:
+        """An update of ``slot`` is due by ``due`` at the latest: a message it waits for came
+        (sent by node ``by``'s update, due now; None: the host, or due later).
 
         An earlier due time stands; several triggers before one update make one update. A
         node in the queue moves to ``due`` there, and a worker that would sleep past it wakes
         (under the real-time timer; under the virtual timer the engine calls this between two
         instants, which ``next_due`` then sees). A node held (updating, in a batch or a job)
         keeps ``due`` in ``pending`` until it comes back, except from a batch taken early and
-        not begun, which goes back now. A dedicated node's thread wakes.
+        not begun, which goes back now. A dedicated node's thread wakes. The only worker, in
+        the update that sent, runs it next without asking again (NOTE [ handing off ]).
         """
         if slot.stopped or self.stopping:
             return
@@ -410,6 +412,32 @@ class Policy(Ending):
             return
         self.queue.remove(slot.due, slot.index)
         slot.due = due
+        if by is not None and self._hand_off(slot, by):
+            return
         self.queue.push(due, slot.index)
         if not self.virtual:
             self._wake_idle(due, exact=True)
+
+    def _hand_off(self, slot: Slot, by: Slot) -> bool:
+        """Put ``slot``, free, out of the queue and due now, last in the batch of the worker
+        whose update ``by`` sent to it; whether it did.
+
+        NOTE [ handing off ]: with one worker, the update a send triggers is the worker's next
+        one whenever nothing in the queue is due before it: going back to the policy to take
+        it from the queue was half of the Python from the send to its start. With more
+        workers another one may be idle, and a hook that blocks after its send must not hold
+        the node up (threads.blocking-holds-worker), so the queue and a wake-up stay the way
+        there. The batch puts the node back at its own due time if it ends first
+        (``_put_back``).
+        """
+        # While the timer runs and the run is not stopping (trigger checked), a worker holds a
+        # node only in the batch it runs, and no job is queued: jobs come before the timer
+        # starts and in the stop. A pause makes the batch end before the node begins.
+        if self.workers != 1 or self.virtual or self.holder[by.index] != 1:
+            return False
+        if self.queue.next_due() <= slot.due:  # earliest due first
+            return False
+        self.holder[slot.index] = 1
+        self.busy += 1
+        self.batch[0].todo.insert(0, slot.index)
+        return True
