@@ -34,6 +34,8 @@ def non_negative(name: str, value: object, *, optional: bool = False) -> float:
 
 
 def _checked(name: str, value: object, bound: Literal["> 0", ">= 0"], unit: str, *, optional: bool) -> float:
+    if value.__class__ is float and 0.0 < value < math.inf:  # the common case, at once
+        return value
     allowed = f"{unit} {bound}" + (" or None" if optional else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number{allowed}, got {type(value).__name__}: {shown(value)}")
