@@ -441,6 +441,18 @@ class DiesInATag(Net):
         self.doomed = Doomed()
 
 
+class SendsThenFails(Net):
+    """A periodic source and a periodic sampler of it, and a node that fails at the tag 0.3
+    (its third update), at which the source sends too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.source = Source(0.1, seed=3)
+        self.sampler = Sampler(0.1, seed=4)
+        self.failer = Failer()
+        self.connect(self.source.out, self.sampler.x)
+
+
 class RefusalError(Exception):
     """An exception that pickles but cannot be unpickled (its ``__init__`` takes two arguments)."""
 

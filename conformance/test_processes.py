@@ -34,6 +34,7 @@ from _process_nodes import (
     Leaker,
     Locked,
     Marker,
+    SendsThenFails,
     Source,
     Unstartable,
     Wire,
@@ -634,6 +635,33 @@ def test_under_the_virtual_timer_the_others_finish_the_tag_a_process_died_in(
         with contextlib.suppress(mujou.ProcessError):
             run.stop()
     assert (net.lingering.updates, net.counted.updates) == (3, 3)
+    clean()
+
+
+@pytest.mark.rule("proc.virtual", "proc.hook-error")
+@pytest.mark.parametrize("placed", [False, True])
+def test_the_last_tags_messages_are_out_when_the_host_call_returns(
+    placed: bool, clean: Callable[[], None]
+) -> None:
+    """The last tag's messages reach their readers in the other processes before the host's
+    call returns, as they are visible in one process: ``run.read`` of the reader's input gives
+    the source's last message after a ``wait_for`` and after the failing tag. Planted: the
+    messages to a periodic reader kept back for the next tag's command, when the wait ends
+    or the run stops, and this fails."""
+    net = SendsThenFails()
+    run = mujou.run(net, timer=vt(), processes={"far": net.sampler} if placed else None)
+    try:
+        first = run.wait_for(net.source.out, timeout=0.15)
+        seen = run.read(net.sampler.x)
+        assert seen is not None and torch.equal(seen, first)
+        with pytest.raises(mujou.HookError):
+            run.sleep(1.0)
+        read, sent = run.read(net.sampler.x), run.read(net.source.out)
+    finally:
+        with contextlib.suppress(mujou.HookError):
+            run.stop()
+    assert read is not None and sent is not None and torch.equal(read, sent)
+    assert net.source.count == 3  # the source sent at the failing tag
     clean()
 
 

@@ -26,6 +26,7 @@ from .._timer import RealTimeTimer, Timer, VirtualTimer
 from . import _codec as codec
 from ._member import Member, describe
 from ._pack import Packed, place, unpack
+from ._spin import SPIN, poller
 from ._tracing import TraceForwarder
 from ._wire import Pipe
 
@@ -90,9 +91,12 @@ def main(
     member.when_ended(lambda: events.send(("ended", member.failure())))
     watches: dict[int, Callable[[Any], None]] = {}
     commands = _Commands(member, events, watches, by_output, wake_in)
+    polling = poller(control, setup.virtual)  # the next tag's command comes soon
     try:
         while True:
             try:
+                if polling is not None:
+                    polling.wait(SPIN)
                 number, command, *args = codec.loads(control.recv_bytes())
             except (EOFError, OSError):  # the host is gone
                 member.stop()
@@ -179,7 +183,9 @@ class _Commands:
     def begin_advance(self) -> None:
         self.member.begin_advance()
 
-    def instant(self, due: float) -> Any:
+    def instant(self, due: float, crossings: Any = ()) -> Any:
+        if crossings:  # the last tag's messages from the others that wake nothing here
+            self.member.apply(crossings)
         crossed, failure = self.member.instant(due)
         return crossed, failure, self.events.sent, self.member.next_due()
 

@@ -20,6 +20,7 @@ from .._errors import HookError, MujouInternalError, ProcessError
 from .._node import Node
 from . import _codec as codec
 from ._member import Failure
+from ._spin import SPIN, poller
 
 EXIT_GRACE = 10.0  # real seconds a process is given to exit after the run stopped
 
@@ -37,11 +38,13 @@ class Group:
         events: Connection,
         on_event: Callable[[Group, tuple[Any, ...]], None],
         on_warning: Callable[[type[Warning], str], None],
+        virtual: bool = False,
     ) -> None:
         self.name = name
         self.node_names = tuple(node.name for node in nodes)
         self.process = process
         self._control = control
+        self._poller = poller(control, virtual)  # the replies of the virtual timer's tags
         self._events = events
         self._on_event = on_event
         self._on_warning = on_warning
@@ -78,6 +81,8 @@ class Group:
         try:
             while True:
                 try:
+                    if self._poller is not None:
+                        self._poller.wait(SPIN)
                     number, status, payload, warned = codec.loads(self._control.recv_bytes())
                 except (EOFError, OSError):
                     raise self.died() from None

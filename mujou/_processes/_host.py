@@ -149,6 +149,7 @@ class Processes:
                 events=events,
                 on_event=self._on_event,
                 on_warning=self.host.engine.hooks.queue_warning,
+                virtual=virtual,
             )
             group._lock.acquire()  # the reply to come: the nodes rebuilt, or why not
         self.receive_all(self.groups.values())  # each rebuilt its nodes, or failed
@@ -223,9 +224,20 @@ class Processes:
         self.host.restore_standins({source: ports.get(source) for source in self.placement.incoming[HOST]})
         self.host.engine.restore_schedule(meta)
 
-    def deliver(self, crossings: Mapping[str, Sequence[Crossing]], *, wake: bool) -> dict[str, float]:
+    def deliver(
+        self,
+        crossings: Mapping[str, Sequence[Crossing]],
+        *,
+        wake: bool,
+        defer: dict[str, list[Crossing]] | None = None,
+    ) -> dict[str, float]:
         """Hand each process the messages of the others that its inputs read; the next due
-        time of each group that got some."""
+        time of each group that got some and was sent them now.
+
+        With ``defer`` (the virtual timer's tags), a group's messages that wake no triggered
+        node there, so that its next due time stays, go into ``defer`` instead: the group's
+        next command takes them (``_lockstep``), which saves a command per tag.
+        """
         incoming: dict[str, list[Crossing]] = {name: [] for name in (HOST, *self.groups)}
         outgoing = self.placement.outgoing
         for writer, found in crossings.items():
@@ -234,12 +246,27 @@ class Processes:
                     incoming[reader].append(crossing)
         sent: list[Group] = []
         for name, group in self.groups.items():
-            if incoming[name]:
-                group.send("apply", incoming[name], wake)
-                sent.append(group)
+            found = incoming[name]
+            if not found:
+                continue
+            waking = self.placement.waking[name]
+            if defer is not None and not any(crossing[0] in waking for crossing in found):
+                defer.setdefault(name, []).extend(found)
+                continue
+            group.send("apply", [*defer.pop(name, []), *found] if defer else found, wake)
+            sent.append(group)
         if incoming[HOST]:
             self.host.apply(incoming[HOST], wake=wake)
         return dict(zip((group.name for group in sent), self.receive_all(sent), strict=True))
+
+    def flush(self, deferred: dict[str, list[Crossing]]) -> None:
+        """Hand each group the messages ``deliver`` deferred for it (they wake nothing there)."""
+        sent: list[Group] = []
+        for name, found in deferred.items():
+            self.groups[name].send("apply", found, True)
+            sent.append(self.groups[name])
+        deferred.clear()
+        self.receive_all(sent)
 
     def go(self) -> None:
         """Start every process's timer at one origin (the monotonic clock is the machine's)."""

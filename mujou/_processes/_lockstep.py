@@ -29,6 +29,10 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
     Each tag: every process runs its updates of the tag and commits them; the messages
     that cross are handed to their readers' processes; the next tag is the earliest due
     time of all. ``done`` is asked between tags, as ``Engine.advance`` does.
+
+    The messages for a group that wake none of its nodes leave its next due time as it was:
+    they go with the group's next tag command instead of a command of their own (one command
+    a tag instead of two), and with one of their own before this returns.
     """
     host, engine = processes.host, processes.host.engine
     policy = engine.policy
@@ -40,30 +44,37 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
     host.begin_advance()
     dues = processes.all("next_due")
     dues[HOST] = host.next_due()
+    deferred: dict[str, list[Crossing]] = {}
     while True:
-        if stopping_now(policy):
+        if stopping_now(policy):  # the last tag's messages are out first, as in one process
+            processes.flush(deferred)
             with engine.lock:
                 engine.host_wait(lambda: engine.ended)
             break
         if done is not None and done():
+            processes.flush(deferred)
             return True
         due = min(dues.values())
         if until is not None and due > until:
+            processes.flush(deferred)
             processes.all("set_time", until)
             host.set_time(until)
             return False
-        if due == math.inf:
+        if due == math.inf:  # nothing deferred: its readers are periodic, so due again
             raise nothing_can_happen()
-        _tag(processes, due, dues)
+        _tag(processes, due, dues, deferred)
     return done() if done is not None else False
 
 
-def _tag(processes: Processes, due: float, dues: dict[str, float]) -> None:
-    """One tag in every process; ``dues`` becomes each process's next due time."""
+def _tag(
+    processes: Processes, due: float, dues: dict[str, float], deferred: dict[str, list[Crossing]]
+) -> None:
+    """One tag in every process; ``dues`` becomes each process's next due time, ``deferred``
+    the messages for the groups that their next command takes."""
     host = processes.host
     groups = list(processes.groups.values())
     for group in groups:
-        group.send("instant", due)
+        group.send("instant", due, deferred.pop(group.name, []))
     with processes.tag_lock:
         crossed, failure = host.instant(due)
     crossings: dict[str, Sequence[Crossing]] = {HOST: crossed}
@@ -75,7 +86,7 @@ def _tag(processes: Processes, due: float, dues: dict[str, float]) -> None:
         group.wait_events(events)  # the messages of the ports the host watches
         if failed is not None:
             failures.append((group.name, failed))
-    dues.update(processes.deliver(crossings, wake=True))
+    dues.update(processes.deliver(crossings, wake=True, defer=deferred))
     dues[HOST] = host.next_due()
     if failures:
         _fail_first(processes, failures)

@@ -26,6 +26,8 @@ class Placement:
     # the outputs of other processes its inputs read, with those inputs (all by name).
     outgoing: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     incoming: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # Per process: the outputs of other processes whose messages wake a triggered node there.
+    waking: dict[str, set[str]] = field(default_factory=dict)
 
     def process_of(self, node: Node) -> str:
         return self.where[id(node)]
@@ -99,6 +101,7 @@ def _cross_ports(placement: Placement, nodes: Sequence[Node]) -> None:
     names = [HOST, *placement.groups]
     placement.outgoing = {name: {} for name in names}
     placement.incoming = {name: {} for name in names}
+    placement.waking = {name: set() for name in names}
     for node in nodes:
         here = placement.process_of(node)
         for port in node._mujou.ports.values():
@@ -112,3 +115,6 @@ def _cross_ports(placement: Placement, nodes: Sequence[Node]) -> None:
                 if there not in readers:
                     readers.append(there)
                 placement.incoming[there].setdefault(port.name, []).append(reader.name)
+                trigger = reader.node.trigger
+                if trigger is not None and reader._attr in trigger.inputs:
+                    placement.waking[there].add(port.name)
