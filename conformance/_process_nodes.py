@@ -380,54 +380,26 @@ def explode_in_child(count: int) -> None:
     raise ValueError(f"count reached {count}")
 
 
-class Failer(Node):
-    """Periodic; raises ValueError in its third update."""
+class Third(Node):
+    """Periodic; counts its updates, and in its third does ``act``: "raise" (a ValueError),
+    "exit" (its process ends, ``os._exit(7)``), "linger" (half a second of real time, a
+    sleep), or nothing ("")."""
 
-    def __init__(self) -> None:
+    def __init__(self, act: str = "") -> None:
         super().__init__(period=0.1, seed=0)
+        self.act = act
         self.count = 0
 
     def on_update(self, dt: float) -> None:
         self.count += 1
-        if self.count == 3:
+        if self.count != 3:
+            return
+        if self.act == "raise":
             explode_in_child(self.count)
-
-
-class Doomed(Node):
-    """Periodic; its process ends (``os._exit``) in its third update."""
-
-    def __init__(self) -> None:
-        super().__init__(period=0.1, seed=0)
-        self.count = 0
-
-    def on_update(self, dt: float) -> None:
-        self.count += 1
-        if self.count == 3:
+        elif self.act == "exit":
             os._exit(7)
-
-
-class Lingering(Node):
-    """Periodic; its third update takes half a second of real time (a sleep)."""
-
-    def __init__(self) -> None:
-        super().__init__(period=0.1, seed=0)
-        self.updates = 0
-
-    def on_update(self, dt: float) -> None:
-        self.updates += 1
-        if self.updates == 3:
+        elif self.act == "linger":
             time.sleep(0.5)
-
-
-class Counted(Node):
-    """Periodic; counts its updates."""
-
-    def __init__(self) -> None:
-        super().__init__(period=0.1, seed=0)
-        self.updates = 0
-
-    def on_update(self, dt: float) -> None:
-        self.updates += 1
 
 
 class DiesInATag(Net):
@@ -436,9 +408,9 @@ class DiesInATag(Net):
 
     def __init__(self) -> None:
         super().__init__()
-        self.lingering = Lingering()
-        self.counted = Counted()
-        self.doomed = Doomed()
+        self.lingering = Third("linger")
+        self.counted = Third()
+        self.doomed = Third("exit")
 
 
 class SendsThenFails(Net):
@@ -449,7 +421,7 @@ class SendsThenFails(Net):
         super().__init__()
         self.source = Source(0.1, seed=3)
         self.sampler = Sampler(0.1, seed=4)
-        self.failer = Failer()
+        self.failer = Third("raise")
         self.connect(self.source.out, self.sampler.x)
 
 
@@ -474,7 +446,7 @@ class Failing(Net):
     def __init__(self, directory: Path) -> None:
         super().__init__()
         self.host_marker = Marker(str(directory / "host"))
-        self.failer = Failer()
+        self.failer = Third("raise")
         self.bad_marker = Marker(str(directory / "bad"))
         self.ok_marker = Marker(str(directory / "ok"))
 

@@ -634,7 +634,7 @@ def test_under_the_virtual_timer_the_others_finish_the_tag_a_process_died_in(
     finally:
         with contextlib.suppress(mujou.ProcessError):
             run.stop()
-    assert (net.lingering.updates, net.counted.updates) == (3, 3)
+    assert (net.lingering.count, net.counted.count) == (3, 3)
     clean()
 
 
