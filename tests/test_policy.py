@@ -442,9 +442,10 @@ def test_random_nets_and_interleavings(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(100))
 def test_random_hand_offs(seed: int) -> None:
-    """One worker, the real-time timer, many sends: the sender's worker runs the updates its
-    sends trigger next (NOTE [ handing off ]), and puts them back when its batch ends first."""
-    World(seed, virtual=False, workers=1, gil=False, send_rate=0.5).run()
+    """The real-time timer, many sends: the sender's worker runs the updates its sends trigger
+    next (NOTE [ handing off ]), another worker may take them from its shared batch, and the
+    batch puts them back when it ends first."""
+    World(seed, virtual=False, workers=1 + seed % 3, gil=seed % 2 == 1, send_rate=0.5).run()
 
 
 def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:
@@ -563,13 +564,13 @@ def hand_off_policy(workers: int) -> tuple[Policy, list[Slot], Batch]:
     return policy, slots, batch
 
 
-def test_the_only_worker_runs_what_its_send_triggered_next() -> None:
+def test_the_sending_worker_runs_what_its_send_triggered_next() -> None:
     """NOTE [ handing off ]: the update node 0 sends in triggers node 1, which the worker runs
     next, in the same batch; a pause first puts it back at its own due time."""
     policy, slots, batch = hand_off_policy(1)
     policy.trigger(slots[1], 0.0102, slots[0])
     assert batch.todo == [1] and policy.holder[1] == 1 and policy.busy == 2
-    assert not policy.wake and check(policy, [(1, 0)]) == []
+    assert not policy.wake and not batch.shared and check(policy, [(1, 0)]) == []
     batch.ran.append(slots[0])
     policy.pause()  # the batch ends before node 1 began: it goes back, due at 0.0102
     assert policy.next_for_worker(0, 0.0103, 0.0)[0] == PARK
@@ -580,11 +581,41 @@ def test_the_only_worker_runs_what_its_send_triggered_next() -> None:
     assert kind == RUN and isinstance(taken, Batch) and taken.todo == [1] and taken.due == 0.0102
 
 
-@pytest.mark.parametrize("case", ["two workers", "delay", "earlier work", "host"])
+def test_another_worker_takes_a_handed_off_node_while_the_sender_is_in_its_hook() -> None:
+    """With two workers the batch of the hand-off is shared and the idle worker woken: if the
+    sender's hook goes on (blocks), the other worker takes the node, at its own due time."""
+    policy, slots, batch = hand_off_policy(2)
+    kind, _ = policy.next_for_worker(1, 0.0101, 0.0)
+    assert kind == SLEEP  # until node 2, at 0.05
+    policy.delivered()
+    policy.trigger(slots[1], 0.0102, slots[0])
+    assert batch.todo == [1] and batch.shared and policy.wake and policy.wake_worker == 1
+    assert check(policy, [(1, 0)]) == []
+    kind, taken = policy.next_for_worker(1, 0.0103, 0.0)
+    assert kind == RUN and isinstance(taken, Batch) and taken.todo == [1] and taken.due == 0.0102
+    assert batch.todo == [] and policy.holder[1] == 2
+    assert check(policy, [(1, 0)]) == []
+
+
+def test_a_handed_off_node_waits_for_what_is_due_before_it() -> None:
+    """Earliest due first across a shared batch: a node that came due before the handed-off
+    one (a trigger of the host's) is taken first by the other worker, though the batch it
+    is in was due earlier still."""
+    policy, slots, batch = hand_off_policy(2)
+    policy.trigger(slots[1], 0.0102, slots[0])
+    assert batch.todo == [1] and batch.shared
+    policy.trigger(slots[2], 0.0101)  # node 2, due at 0.05, is wanted at 0.0101 now
+    kind, taken = policy.next_for_worker(1, 0.0103, 0.0)
+    assert kind == RUN and isinstance(taken, Batch) and taken.todo == [2] and taken.due == 0.0101
+    assert batch.todo == [1]
+    assert check(policy, [(1, 0)]) == []
+
+
+@pytest.mark.parametrize("case", ["delay", "earlier work", "host"])
 def test_a_trigger_is_queued_when_the_sender_cannot_take_it(case: str) -> None:
-    """With two workers, a delay, an earlier update in the queue, or the host's write, the
-    triggered node goes to the queue, as it did before the hand-off."""
-    policy, slots, batch = hand_off_policy(2 if case == "two workers" else 1)
+    """With a delay, an earlier update in the queue, or the host's write, the triggered node
+    goes to the queue, as it did before the hand-off."""
+    policy, slots, batch = hand_off_policy(1)
     if case == "earlier work":  # node 2 is late, due before the trigger
         policy.queue.remove(0.05, 2)
         slots[2].due = 0.0101

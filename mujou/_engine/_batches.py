@@ -268,12 +268,19 @@ class Workers:
 
     def _earliest(self) -> tuple[float, Batch | None]:
         """The due time of the earliest update no worker has begun, and the shared batch it is
-        in (None: the queue's)."""
+        in (None: the queue's). A shared batch's next update is the last of its ``todo``,
+        due at the batch's due time, or later for a node handed off (Policy._hand_off)."""
         due = self.queue.next_due()
         found: Batch | None = None
+        slots = self.slots
         for batch in self.shared:
-            if batch.todo and batch.due < due:
-                due, found = batch.due, batch
+            todo = batch.todo
+            try:
+                first = slots[todo[-1]].due
+            except IndexError:  # run out (its worker pops without the lock)
+                continue
+            if first < due:
+                due, found = first, batch
         return due, found
 
     def _take_queued(self, w: int, real: float) -> Batch:
@@ -300,7 +307,7 @@ class Workers:
         if other.todo:
             self._wake_idle(other.due)  # for the rest, in case both hooks block
         batch = self.batch[w]
-        batch.due, batch.todo = other.due, [index]
+        batch.due, batch.todo = self.slots[index].due, [index]
         return batch
 
     def _share(self, batch: Batch) -> bool:

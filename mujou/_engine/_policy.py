@@ -190,10 +190,7 @@ class Policy(Ending):
 
     def next_due(self) -> float:
         """The earliest due time of an update not begun (infinity for none)."""
-        due = self.queue.next_due()
-        for batch in self.shared:
-            if batch.todo and batch.due < due:
-                due = batch.due
+        due = self._earliest()[0]
         for slot in self.dedicated:
             if self.holder[slot.index] == FREE and slot.started and not slot.stopped and slot.due < due:
                 due = slot.due
@@ -422,22 +419,29 @@ class Policy(Ending):
         """Put ``slot``, free, out of the queue and due now, last in the batch of the worker
         whose update ``by`` sent to it; whether it did.
 
-        NOTE [ handing off ]: with one worker, the update a send triggers is the worker's next
-        one whenever nothing in the queue is due before it: going back to the policy to take
-        it from the queue was half of the Python from the send to its start. With more
-        workers another one may be idle, and a hook that blocks after its send must not hold
-        the node up (threads.blocking-holds-worker), so the queue and a wake-up stay the way
-        there. The batch puts the node back at its own due time if it ends first
-        (``_put_back``).
+        NOTE [ handing off ]: the update a send triggers is the sending worker's next one
+        whenever nothing else is due before it: going back to the policy to take it from the
+        queue was half of the Python from the send to its start. With more workers the batch
+        is shared and an idle worker woken, as for a queued node: a hook that blocks after its
+        send does not hold the node up, since another worker takes it from the batch
+        (``_earliest`` sees a shared batch's next node at its own due time). A batch that
+        ends first puts the node back at its own due time (``_put_back``).
         """
         # While the timer runs and the run is not stopping (trigger checked), a worker holds a
         # node only in the batch it runs, and no job is queued: jobs come before the timer
         # starts and in the stop. A pause makes the batch end before the node begins.
-        if self.workers != 1 or self.virtual or self.holder[by.index] != 1:
+        if self.virtual:
             return False
-        if self.queue.next_due() <= slot.due:  # earliest due first
+        w = self.holder[by.index] - 1
+        if not 0 <= w < self.workers or self._earliest()[0] <= slot.due:  # earliest due first
             return False
-        self.holder[slot.index] = 1
+        batch = self.batch[w]
+        self.holder[slot.index] = w + 1
         self.busy += 1
-        self.batch[0].todo.insert(0, slot.index)
+        batch.todo.insert(0, slot.index)
+        if self.workers > 1:
+            if not batch.shared:
+                batch.shared = True
+                self.shared.append(batch)
+            self._wake_idle(slot.due, exact=True)
         return True
