@@ -43,14 +43,17 @@ class Batch:
     without the lock, and while the batch is ``shared`` another worker may pop from it under
     the lock (a worker held up in a hook leaves the rest to the others); ``list.pop`` is atomic
     on every build, so each update runs once. ``ran`` holds the slots this worker ran. A
-    ``held`` batch is taken but not started: kept, or taken early for a burst.
+    ``held`` batch is taken but not started: kept, or taken early for a burst. The first
+    ``handed`` of ``todo`` (at most) were handed off to it (Policy._hand_off): each is due at
+    its own time, the others at ``due``.
     """
 
-    __slots__ = ("due", "failed", "held", "ran", "shared", "todo")
+    __slots__ = ("due", "failed", "handed", "held", "ran", "shared", "todo")
 
     def __init__(self) -> None:
         self.due = math.inf
         self.todo: list[int] = []
+        self.handed = 0
         self.ran: list[Slot] = []
         self.held = False
         self.shared = False
@@ -288,6 +291,7 @@ class Workers:
         batch = self.batch[w]
         batch.due = self.queue.dues[0]
         batch.todo = todo = self.queue.pop_all()
+        batch.handed = 0
         holder = self.holder
         mark = w + 1
         for index in todo:
@@ -307,7 +311,7 @@ class Workers:
         if other.todo:
             self._wake_idle(other.due)  # for the rest, in case both hooks block
         batch = self.batch[w]
-        batch.due, batch.todo = self.slots[index].due, [index]
+        batch.due, batch.todo, batch.handed = self.slots[index].due, [index], 0
         return batch
 
     def _share(self, batch: Batch) -> bool:
@@ -351,22 +355,23 @@ class Workers:
                         slot.due = slot.pending
                     slot.pending = _INF
                 push(slot.due, slot.index)
+            went_back = bool(ran or todo)
             if todo:  # not begun: still due at batch.due, the first in registration order last
-                handed = 0  # the nodes handed off (Policy._hand_off), first in todo, due later
                 for index in todo:
                     holder[index] = FREE
                     slots[index].pending = _INF  # its update, still to come, is one after it
-                    if slots[index].due != batch.due:
-                        handed += 1
-                for index in todo[:handed]:
-                    push(slots[index].due, index)
-                del todo[:handed]
+                handed = min(batch.handed, len(todo))  # first in todo: the others pop from the end
+                if handed:
+                    for index in todo[:handed]:
+                        push(slots[index].due, index)
+                    del todo[:handed]
                 todo.reverse()
                 self.queue.push_all(batch.due, todo)
-            if (ran or todo) and self.workers > 1 and self.queue.dues:  # none: all due never
+            if went_back and self.workers > 1 and self.queue.dues:  # none: all due never
                 self._wake_idle(self.queue.dues[0])
         ran.clear()
         todo.clear()
+        batch.handed = 0
         if self.busy == 0:
             self._quiet()
 
@@ -401,6 +406,7 @@ class Workers:
                 return False
             todo.append(slot.index)
         batch.todo = todo
+        batch.handed = 0
         ran.clear()
         batch.due = due
         batch.held = True

@@ -52,7 +52,7 @@ class Ending(Workers):
             if batch.shared:
                 self.shared.remove(batch)
                 batch.shared = False
-            batch.todo, batch.ran, batch.held = [], [], False
+            batch.todo, batch.ran, batch.held, batch.handed = [], [], False, 0
             if exits:
                 self.workers_alive -= 1
         freed: list[Slot] = []

@@ -439,6 +439,7 @@ class Policy(Ending):
         self.holder[slot.index] = w + 1
         self.busy += 1
         batch.todo.insert(0, slot.index)
+        batch.handed += 1
         if self.workers > 1:
             if not batch.shared:
                 batch.shared = True
