@@ -413,6 +413,44 @@ class DiesInATag(Net):
         self.doomed = Third("exit")
 
 
+class Counts(Node):
+    """Periodic (1 ms): sends 1, 2, ... up to ``limit``, then nothing."""
+
+    out = Output()
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(period=0.001, seed=0)
+        self.limit = limit
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        if self.count < self.limit:
+            self.count += 1
+            self.out.send(torch.tensor(self.count))
+
+
+class Keeps(Node):
+    """Triggered by ``x``: keeps nothing but what it read last (its input does)."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+
+    def on_update(self, dt: float) -> None:
+        self.x.read()
+
+
+class Stalls(Net):
+    """A sender of ``limit`` messages and their reader, for a process of each."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.sender = Counts(limit)
+        self.reader = Keeps()
+        self.connect(self.sender.out, self.reader.x)
+
+
 class SendsThenFails(Net):
     """A periodic source and a periodic sampler of it, and a node that fails at the tag 0.3
     (its third update), at which the source sends too."""

@@ -36,6 +36,7 @@ from _process_nodes import (
     Marker,
     SendsThenFails,
     Source,
+    Stalls,
     Unstartable,
     Wire,
 )
@@ -662,6 +663,32 @@ def test_the_last_tags_messages_are_out_when_the_host_call_returns(
             run.stop()
     assert read is not None and sent is not None and torch.equal(read, sent)
     assert net.source.count == 3  # the source sent at the failing tag
+    clean()
+
+
+@pytest.mark.rule("proc.latest-value")
+def test_a_process_that_stops_reading_does_not_hold_up_its_senders(clean: Callable[[], None]) -> None:
+    """The reader's process is stopped (SIGSTOP) while the sender sends 3,000 messages, more
+    than its wake pipe holds: the sender goes on, and once the reader's process goes on too,
+    its input has the last message. Planted: every record waiting for the full pipe, and the
+    sender stops at about 1,300."""
+    limit = 3000
+    net = Stalls(limit)
+
+    def last(port: mujou.Input[torch.Tensor] | mujou.Output[torch.Tensor]) -> int:
+        message = run.read(port)
+        return -1 if message is None else int(message)
+
+    with mujou.run(net, processes={"sender": net.sender, "reader": net.reader}) as run:
+        wait_until(lambda: run.read(net.reader.x) is not None, "the reader's first message")
+        pid = child_named("reader").pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: last(net.sender.out) == limit, "the sender's last message")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: last(net.reader.x) == limit, "the reader to have the last message")
     clean()
 
 

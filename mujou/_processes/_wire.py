@@ -17,7 +17,10 @@ sender's messages, skipped ones included, so ``coalesced`` counts them as in one
 
 from __future__ import annotations
 
+import os
 import pickle
+import select
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -38,6 +41,10 @@ if TYPE_CHECKING:
 # positions among its leaves.
 Rest = tuple[Any, tuple[int, ...]] | None
 Crossing = tuple[str, list[torch.Tensor], Rest, float, int]
+
+_FRAME = struct.Struct("!i")  # multiprocessing.Connection's frame: the length, then the bytes
+# Records that do not wait for a full pipe: where a pipe's end can be made non-blocking.
+_NONBLOCKING = os.name == "posix" and hasattr(select, "PIPE_BUF")
 
 
 def make_standin(name: str) -> Output[Any]:
@@ -145,29 +152,60 @@ class Forwarders:
             record = pickle.dumps((name, number, rest), protocol=pickle.HIGHEST_PROTOCOL)
             shared = None if announce is None else bytes(ForkingPickler.dumps(("announce", name, announce)))
             for pipe in pipes:
-                pipe.send(record, shared)
+                # A tensor's record only says "look at the ring": a later one, or one still in
+                # the pipe, finds the same newest slot. A nest's carries its structure.
+                pipe.send(record, shared, droppable=rest is None)
 
         return send
 
 
 class Pipe:
-    """One end that writes to another process's wake pipe, shared by this process's senders."""
+    """One end that writes to another process's wake pipe, shared by this process's senders.
+
+    A reader's process that stops reading (stopped by a signal, stuck) fills its pipe; a
+    sender then must not wait for it (proc.latest-value). So a record that may be dropped
+    goes in one write that does not block: a write of at most ``PIPE_BUF`` bytes to a pipe is
+    all or nothing, and a full pipe drops the record, whose reader, once it reads again,
+    finds the newest slot from the records still in the pipe. The rest (announcements, the
+    records of nests) are written as before, waiting when the pipe is full.
+    """
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._lock = threading.Lock()
         self.broken = False
+        self.dropped = 0  # records a full pipe dropped
+        self._fd = connection.fileno() if _NONBLOCKING else -1
+        if self._fd >= 0:
+            os.set_blocking(self._fd, False)
 
-    def send(self, record: bytes, announce: bytes | None) -> None:
+    def send(self, record: bytes, announce: bytes | None, *, droppable: bool = False) -> None:
         with self._lock:
             if self.broken:
                 return
             try:
                 if announce is not None:  # before the record it is about
-                    self.connection.send_bytes(announce)
-                self.connection.send_bytes(record)
+                    self._send_waiting(announce)
+                frame = _FRAME.pack(len(record)) + record  # as Connection.send_bytes frames it
+                if droppable and self._fd >= 0 and len(frame) <= select.PIPE_BUF:
+                    try:
+                        os.write(self._fd, frame)
+                    except BlockingIOError:  # full: the reader is behind
+                        self.dropped += 1
+                else:
+                    self._send_waiting(record)
             except OSError:  # the reader's process ended: the host stops the run for it
                 self.broken = True
+
+    def _send_waiting(self, data: bytes) -> None:
+        if self._fd < 0:
+            self.connection.send_bytes(data)
+            return
+        os.set_blocking(self._fd, True)
+        try:
+            self.connection.send_bytes(data)
+        finally:
+            os.set_blocking(self._fd, False)
 
 
 class Receiver:
