@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import itertools
 import multiprocessing
 import threading
 import time
@@ -20,10 +19,10 @@ from typing import Any
 
 import torch
 
-from .._errors import HookError, MujouInternalError, ProcessError
+from .._errors import ProcessError
 from .._net import Net
 from .._node import Node
-from .._port import Latest, _Port
+from .._port import _Port
 from .._ports import Output
 from .._stats import RunStats
 from .._trace import TraceRecorder
@@ -32,6 +31,7 @@ from ._gather import merge_stats, merge_trees
 from ._group import Group, rebuild_failure
 from ._lockstep import advance
 from ._member import Member
+from ._mirrors import Mirrors
 from ._pack import pack
 from ._placement import HOST, Placement
 from ._wire import Crossing, Pipe
@@ -57,12 +57,7 @@ class Processes:
         self.placement = placement
         self.host = host
         self.groups: dict[str, Group] = {}
-        self._watch_ids = itertools.count(1)
-        self._mirrors: dict[int, tuple[Group, _Port]] = {}  # by watch key
-        self._watching: dict[int, list[int]] = {}  # id(port) -> [watch key, users]
-        self._watch_lock = threading.Lock()
-        # The host's objects of ports mirrored, with what they held before: given back at the end.
-        self._mirrored: dict[int, tuple[_Port, Latest | None]] = {}
+        self.mirrors = Mirrors()
         self._stopping = False
         self._running = False  # the timers started (go): a failure stops the run from then on
         self._early: BaseException | None = None
@@ -299,11 +294,7 @@ class Processes:
                 self.recorder.record_remote(self._pids[group.name], group.name, thread, slices)
         elif kind == "message":
             _, key, message, stamp = event
-            mirror = self._mirrors.get(key)
-            if mirror is not None:
-                mirror[1]._publish(
-                    message, 0 if not isinstance(message, torch.Tensor) else message._version, None, stamp
-                )
+            self.mirrors.publish(key, message, stamp)
         elif kind == "ended":
             failure = event[1]
             # Under the virtual timer a process fails only in a command, whose reply says so:
@@ -350,37 +341,11 @@ class Processes:
     # -- what the host's calls need ----------------------------------------------------------
 
     def watch(self, port: _Port) -> Callable[[], None]:
-        """Mirror the messages of another process's ``port`` onto the host's port object, so
-        that its watchers (subscriptions, wait_for) get them; returns the undo. One mirror
-        serves every host call that watches the port at the same time."""
+        """Mirror another process's ``port`` onto the host's port object while watched
+        (subscriptions, wait_for); returns the undo."""
         group = self.group_of(port.node)
         assert group is not None
-        with self._watch_lock:
-            watching = self._watching.get(id(port))
-            if watching is not None:
-                watching[1] += 1
-            else:
-                key = next(self._watch_ids)
-                watching = self._watching[id(port)] = [key, 1]
-                self._mirrors[key] = (group, port)
-                self._mirrored.setdefault(id(port), (port, port._latest))
-                latest = group.call("watch", key, port.name)
-                if latest is not None:
-                    message, stamp = latest
-                    version = message._version if isinstance(message, torch.Tensor) else 0
-                    port._latest = (message, version, None, stamp, 1)
-
-        def undo() -> None:
-            with self._watch_lock:
-                watching[1] -= 1
-                if watching[1] > 0:
-                    return
-                del self._watching[id(port)]
-                self._mirrors.pop(watching[0], None)
-                with contextlib.suppress(ProcessError, HookError, MujouInternalError):
-                    group.call("unwatch", watching[0], port.name)
-
-        return undo
+        return self.mirrors.watch(group, port)
 
     def _ended(self, part: int) -> dict[str, Any]:
         """Part ``part`` of what each process left when the run ended; ProcessError for one
@@ -442,8 +407,7 @@ class Processes:
                     self._final[name] = group.call("final")
             group.close()
         self.host.disconnect_standins()
-        for port, latest in self._mirrored.values():
-            port._latest = latest
+        self.mirrors.give_back()
         _live.discard(self)
 
 
