@@ -441,6 +441,50 @@ class Keeps(Node):
         self.x.read()
 
 
+class Twice(Node):
+    """Periodic (1 ms): sends its count on ``often`` every update, and on ``once`` twice: at
+    the first update (which lays out its ring) and when the count reaches ``mark``."""
+
+    often = Output()
+    once = Output()
+
+    def __init__(self, mark: int) -> None:
+        super().__init__(period=0.001, seed=0)
+        self.mark = mark
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        self.count += 1
+        self.often.send(torch.tensor(self.count))
+        if self.count in (1, self.mark):
+            self.once.send(torch.tensor(self.count))
+
+
+class Both(Node):
+    """Triggered by either input."""
+
+    often = Input()
+    once = Input(optional=True)
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("often", "once"), seed=0)
+
+    def on_update(self, dt: float) -> None:
+        self.often.read()
+        self.once.read()
+
+
+class TwoStalls(Net):
+    """Two outputs of one process read by one node of another: one wake pipe for both."""
+
+    def __init__(self, mark: int) -> None:
+        super().__init__()
+        self.sender = Twice(mark)
+        self.reader = Both()
+        self.connect(self.sender.often, self.reader.often)
+        self.connect(self.sender.once, self.reader.once)
+
+
 class Stalls(Net):
     """A sender of ``limit`` messages and their reader, for a process of each."""
 

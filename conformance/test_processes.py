@@ -37,6 +37,7 @@ from _process_nodes import (
     SendsThenFails,
     Source,
     Stalls,
+    TwoStalls,
     Unstartable,
     Wire,
 )
@@ -689,6 +690,32 @@ def test_a_process_that_stops_reading_does_not_hold_up_its_senders(clean: Callab
         finally:
             os.kill(pid, signal.SIGCONT)
         wait_until(lambda: last(net.reader.x) == limit, "the reader to have the last message")
+    clean()
+
+
+@pytest.mark.rule("proc.latest-value")
+def test_a_message_a_full_pipe_left_out_goes_with_the_next_one(clean: Callable[[], None]) -> None:
+    """Two outputs share the wake pipe to the reader's process, stopped (SIGSTOP): one fills
+    it, the other sends its second message meanwhile. Once the reader's process goes on, the
+    next message of the first brings the second's too. Planted: the left-out record
+    forgotten, and the reader never gets that second message."""
+    mark = 3000
+    net = TwoStalls(mark)
+
+    def last(port: mujou.Input[torch.Tensor] | mujou.Output[torch.Tensor]) -> int:
+        message = run.read(port)
+        return -1 if message is None else int(message)
+
+    with mujou.run(net, processes={"sender": net.sender, "reader": net.reader}) as run:
+        wait_until(lambda: last(net.reader.once) == 1, "the reader's first message")
+        pid = child_named("reader").pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: last(net.sender.once) == mark, "the other output's second message")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: last(net.reader.once) == mark, "the reader to have that second message")
     clean()
 
 

@@ -154,7 +154,7 @@ class Forwarders:
             for pipe in pipes:
                 # A tensor's record only says "look at the ring": a later one, or one still in
                 # the pipe, finds the same newest slot. A nest's carries its structure.
-                pipe.send(record, shared, droppable=rest is None)
+                pipe.send(name, record, shared, droppable=rest is None)
 
         return send
 
@@ -165,37 +165,50 @@ class Pipe:
     A reader's process that stops reading (stopped by a signal, stuck) fills its pipe; a
     sender then must not wait for it (proc.latest-value). So a record that may be dropped
     goes in one write that does not block: a write of at most ``PIPE_BUF`` bytes to a pipe is
-    all or nothing, and a full pipe drops the record, whose reader, once it reads again,
-    finds the newest slot from the records still in the pipe. The rest (announcements, the
-    records of nests) are written as before, waiting when the pipe is full.
+    all or nothing. A record that finds the pipe full is owed: the next send through the pipe
+    writes it first, unless a newer one of its output replaces it; either makes the reader
+    take the newest slot. The rest (announcements, the records of nests) are written as
+    before, waiting when the pipe is full.
     """
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._lock = threading.Lock()
         self.broken = False
-        self.dropped = 0  # records a full pipe dropped
+        self._owed: dict[str, bytes] = {}  # by output: the frame of a record a full pipe left out
         self._fd = connection.fileno() if _NONBLOCKING else -1
         if self._fd >= 0:
             os.set_blocking(self._fd, False)
 
-    def send(self, record: bytes, announce: bytes | None, *, droppable: bool = False) -> None:
+    def send(self, name: str, record: bytes, announce: bytes | None, *, droppable: bool = False) -> None:
+        """Write output ``name``'s ``record`` (after its ``announce``, if any)."""
         with self._lock:
             if self.broken:
                 return
             try:
                 if announce is not None:  # before the record it is about
                     self._send_waiting(announce)
-                frame = _FRAME.pack(len(record)) + record  # as Connection.send_bytes frames it
-                if droppable and self._fd >= 0 and len(frame) <= select.PIPE_BUF:
-                    try:
-                        os.write(self._fd, frame)
-                    except BlockingIOError:  # full: the reader is behind
-                        self.dropped += 1
+                self._owed.pop(name, None)  # this record is newer
+                for owed, frame in list(self._owed.items()):
+                    if not self._write_now(frame):
+                        break
+                    del self._owed[owed]
+                if droppable and self._fd >= 0 and _FRAME.size + len(record) <= select.PIPE_BUF:
+                    frame = _FRAME.pack(len(record)) + record  # as Connection.send_bytes frames it
+                    if not self._write_now(frame):
+                        self._owed[name] = frame
                 else:
                     self._send_waiting(record)
             except OSError:  # the reader's process ended: the host stops the run for it
                 self.broken = True
+
+    def _write_now(self, frame: bytes) -> bool:
+        """Write ``frame`` (at most PIPE_BUF bytes) whole, unless the pipe is full: whether it did."""
+        try:
+            os.write(self._fd, frame)
+        except BlockingIOError:
+            return False
+        return True
 
     def _send_waiting(self, data: bytes) -> None:
         if self._fd < 0:
