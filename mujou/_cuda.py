@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import torch
 
+from ._messages import cpu_tensor_copy
 from ._routing import STREAMS_PER_DEVICE, Plan, StreamId
 
 _pool_lock = threading.Lock()
@@ -112,11 +113,9 @@ def host_to_node(message: torch.Tensor, device: torch.device) -> torch.Tensor:
     A tensor already on the node's CUDA device stays there, copied on the host's current
     stream of that device, which is waited for; anything else goes through host memory.
     """
-    if message.requires_grad:
-        message = message.detach()
     if device.type != "cuda":
-        # clone: the same copy as .to("cpu", copy=True) of a CPU tensor, in half the time
-        return message.clone() if message.is_cpu else message.to("cpu", copy=True)
+        return cpu_tensor_copy(message)
+    message = message.detach()
     if message.device != device:
         message = message.to("cpu")
     with torch.cuda.device(device):

@@ -195,11 +195,11 @@ def map_tensors(message: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any
 def cpu_copy(message: Any) -> Any:
     """A copy of ``message`` the host owns: its tensors copied to the CPU, new containers."""
     if isinstance(message, _Tensor):
-        return _cpu_copy(message)
-    return map_tensors(message, _cpu_copy)
+        return cpu_tensor_copy(message)
+    return map_tensors(message, cpu_tensor_copy)
 
 
-def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
+def cpu_tensor_copy(tensor: torch.Tensor) -> torch.Tensor:
     """A detached CPU copy of ``tensor``: clone, the same copy for a CPU tensor as
     ``.to("cpu", copy=True)``, takes half the time."""
     if tensor.requires_grad:

@@ -382,8 +382,9 @@ class Policy(Ending):
         (under the real-time timer; under the virtual timer the engine calls this between two
         instants, which ``next_due`` then sees). A node held (updating, in a batch or a job)
         keeps ``due`` in ``pending`` until it comes back, except from a batch taken early and
-        not begun, which goes back now. A dedicated node's thread wakes. The only worker, in
-        the update that sent, runs it next without asking again (NOTE [ handing off ]).
+        not begun, which goes back now. A dedicated node's thread wakes. The worker whose
+        update sent runs it next without asking again, when nothing is due before it (NOTE
+        [ handing off ]).
         """
         if slot.stopped or self.stopping:
             return
