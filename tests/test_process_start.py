@@ -28,13 +28,18 @@ class Two(mujou.Net):
         self.there = Quiet()
 
 
-def test_a_failure_before_the_start_is_kept_for_it() -> None:
+def unspawned() -> tuple[Any, Engine]:
+    """The host's side of a run of ``Two`` with node ``there`` in a process, not spawned."""
     net = Two()
     nodes = list(net.nodes())
     placement = check_processes(nodes, {"g": net.there})
     engine = Engine(placement.host, 1, mujou.VirtualTimer(), None)
     member = Member(engine, placement.host, placement.incoming[HOST], list(placement.outgoing[HOST]))
-    processes: Any = Processes(net, nodes, placement, member, None)
+    return Processes(net, nodes, placement, member, None), engine
+
+
+def test_a_failure_before_the_start_is_kept_for_it() -> None:
+    processes, engine = unspawned()
     error = RuntimeError("a process failed while the run started")
     processes.fail(error)
     assert engine.policy.error is None and not engine.policy.stopping
@@ -49,12 +54,7 @@ def test_under_the_virtual_timer_a_process_end_does_not_stop_the_host_at_once() 
     its "ended" event, which can come while the host still runs the tag, leaves the host's
     engine alone (seen in CI: the host's node missed its update of the failing tag).
     Planted: the event handled as under the real-time timer, and this fails."""
-    net = Two()
-    nodes = list(net.nodes())
-    placement = check_processes(nodes, {"g": net.there})
-    engine = Engine(placement.host, 1, mujou.VirtualTimer(), None)
-    member = Member(engine, placement.host, placement.incoming[HOST], list(placement.outgoing[HOST]))
-    processes: Any = Processes(net, nodes, placement, member, None)
+    processes, engine = unspawned()
     processes._running = True
     failure = ("other", "ValueError", "boom", None, "")
     processes._on_event(None, ("ended", failure))
