@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import threading
 
 import pytest
 import torch
@@ -10,6 +11,8 @@ import torch
 from mujou._processes._codec import dumps, loads
 
 TENSORS = [
+    torch.arange(5.0),  # 1-d: no view on the way back
+    torch.tensor(2.5),  # 0-d
     torch.arange(6.0).reshape(2, 3),
     torch.arange(6).reshape(2, 3).t(),  # not contiguous
     torch.arange(10)[2:7:2],  # a strided view with an offset
@@ -48,3 +51,38 @@ def test_a_plain_tensor_is_sent_as_bytes() -> None:
     data = dumps(torch.arange(4))
     assert b"torch._utils" not in data and b"_rebuild_tensor" not in data
     assert b"torch._utils" in pickle.dumps(torch.arange(4))
+
+
+def test_a_dump_that_fails_leaves_nothing_behind() -> None:
+    """Each thread reuses its pickler and buffer: a dump that raised must not leave its bytes
+    for the next (planted: the buffer kept, and the next load fails)."""
+    with pytest.raises((TypeError, pickle.PicklingError, AttributeError)):
+        dumps({"ok": torch.ones(2), "bad": lambda: None})
+    back = loads(dumps({"t": torch.arange(3)}))
+    assert torch.equal(back["t"], torch.arange(3))
+
+
+def test_threads_dump_at_once() -> None:
+    """Commands, replies and events are pickled on several threads at once (planted: one
+    pickler shared by every thread, and the pickles mix)."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(3)
+
+    def dump_many(k: int) -> None:
+        start.wait(timeout=30)
+        try:
+            for i in range(2000):
+                tensor = torch.full((k + 1,), float(i))
+                value = {"k": k, "i": i, "t": tensor}
+                back = loads(dumps(value))
+                assert back["k"] == k and back["i"] == i and torch.equal(back["t"], tensor)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=dump_many, args=(k,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+        assert not thread.is_alive()
+    assert not errors, errors[0]
