@@ -50,7 +50,7 @@ from ._instants import Instants
 from ._policy import Policy
 from ._restore import check_schedule, restore_schedule
 from ._slot import RESTORE, START, Job, Slot
-from ._threads import CpuClocks, Parking, dedicated_main, guarded, worker_main
+from ._threads import CpuClocks, Lent, Parking, dedicated_main, guarded, worker_main
 
 if TYPE_CHECKING:
     from .._messages import Nest
@@ -68,7 +68,11 @@ _claims = threading.Lock()  # taken to claim a net's nodes for a run
 class Engine(Instants):
     """Runs the hooks of a net's nodes on workers and dedicated threads, on a clock."""
 
-    def __init__(self, nodes: Sequence[Node], workers: int, timer: Timer, trace: Recorder | None) -> None:
+    def __init__(
+        self, nodes: Sequence[Node], workers: int, timer: Timer, trace: Recorder | None, *, lent: bool = False
+    ) -> None:
+        """``lent``: the calling thread, a ``HookThread``, is worker 0 whenever it waits for the
+        engine, instead of a thread of its own (virtual timer only: NOTE [ a lent worker ])."""
         self.lock = threading.Lock()
         self.host = threading.Condition(self.lock)  # the host waits here
         self.clock = make_clock(timer)
@@ -103,11 +107,13 @@ class Engine(Instants):
         self.poll = HOST_POLL_VIRTUAL if self.virtual else HOST_POLL_REAL
         self.collecting = threading.Lock()  # one state collection at a time
         self.threads_started = False
+        assert not lent or (self.virtual and isinstance(threading.current_thread(), HookThread))
+        self.lent: Lent | None = Lent(self) if lent else None
         self._threads: list[threading.Thread] = [
             HookThread(
                 target=guarded, args=(self, i + 1, worker_main, i), name=f"mujou-worker-{i}", daemon=True
             )
-            for i in range(workers)
+            for i in range(1 if lent else 0, workers)
         ]
         self._threads += [
             HookThread(
@@ -262,15 +268,19 @@ class Engine(Instants):
 
     def crashed(self, holder: int, exc: BaseException, *, exits: bool) -> None:
         """Thread ``holder`` hit ``exc`` in Mujou's code: stop the run; count the exit if it ``exits``."""
+        with self.lock:
+            self.crashed_locked(holder, exc, exits=exits)
+
+    def crashed_locked(self, holder: int, exc: BaseException, *, exits: bool) -> None:
+        """``crashed``, with the lock held."""
         error = MujouInternalError(
             f"internal error in Mujou ({type(exc).__name__} on thread {threading.current_thread().name}); "
             "the run stopped: please report it with the traceback of the cause"
         )
         error.__cause__ = exc
-        with self.lock:
-            if self.policy.thread_crashed(holder, error, exits=exits):
-                self._end()
-            self.deliver()
+        if self.policy.thread_crashed(holder, error, exits=exits):
+            self._end()
+        self.deliver()
 
     def thread_exited(self) -> None:
         """With the lock held, a thread exits."""
@@ -302,6 +312,8 @@ class Engine(Instants):
     def _notify_host(self) -> None:
         self._host_seq += 1
         self.host.notify_all()
+        if self.lent is not None:  # the host's thread may be parked as worker 0
+            self.parking.notify(0)
 
     def notify_host(self) -> None:
         """Wake the host's waits (a message it waits for arrived)."""
@@ -309,7 +321,11 @@ class Engine(Instants):
             self._notify_host()
 
     def host_wait(self, done: Callable[[], bool]) -> None:
-        """With the lock held, wait until ``done()`` (cheap, no user code), looking every ``poll``."""
+        """With the lock held, wait until ``done()`` (cheap, no user code), looking every ``poll``;
+        on the thread that lends itself as worker 0, doing worker 0's work meanwhile."""
+        lent = self.lent
+        if lent is not None and lent.here():
+            lent.work(done)
         while not done():
             self.host.wait(self.poll)
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
+from ._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, WATCH, Batch
 from ._slot import HOOK_OF_JOB, RESTORE, START, STATE, Job, Slot, begin_update
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def guarded(engine: Engine, holder: int, body: Callable[..., None], *args: Any) 
 
 def worker_main(engine: Engine, w: int) -> None:
     """Worker ``w``: ask the policy what to do next, do it, tell the policy, again."""
-    lock, policy, clock, parking = engine.lock, engine.policy, engine.clock, engine.parking
+    lock, policy, clock = engine.lock, engine.policy, engine.clock
     next_for_worker, now_of = policy.next_for_worker, clock.now
     gil = policy.gil is not None
     busy = engine.worker_busy
@@ -163,24 +163,13 @@ def worker_main(engine: Engine, w: int) -> None:
                     if kind == RUN:
                         now = now_of()  # again: putting back and taking a large batch takes a while
                     break
-                if kind == KEEP:  # first: the idle path
-                    if not _wait_timed(engine, w, arg, True):
-                        now = now_of()
-                        kept = policy.run_kept(w, now)
-                        if kept is not None:
-                            kind, arg = RUN, kept
-                            break
-                elif kind == SLEEP:
-                    _wait_timed(engine, w, arg, True)
-                elif kind == PARK:
-                    parking.wait(w, None, True)
-                elif kind == WATCH:
-                    _wait_timed(engine, w, arg, False)
-                elif kind == SPIN:
-                    _spin_until(engine, arg)
-                else:  # EXIT
+                if kind == EXIT:
                     engine.thread_exited()
                     return
+                kept = _idle(engine, w, kind, arg)
+                if kept is not None:
+                    kind, (arg, now) = RUN, kept
+                    break
         if kind == RUN:
             busy[w] += run(arg, now)
         else:
@@ -189,6 +178,106 @@ def worker_main(engine: Engine, w: int) -> None:
             run_job(engine, slot, job, w + 1)
             busy[w] += slot.busy_seconds - before
         del arg  # drop the references while idle, as concurrent.futures does
+
+
+def _idle(engine: Engine, w: int, kind: int, arg: Any) -> tuple[Batch, float] | None:
+    """With the lock held, worker ``w`` waits as the policy said (KEEP, SLEEP, PARK, WATCH or
+    SPIN); the batch it kept and the time now, when it is to run that batch at once."""
+    if kind == KEEP:
+        if not _wait_timed(engine, w, arg, True):
+            now = engine.clock.now()
+            kept = engine.policy.run_kept(w, now)
+            if kept is not None:
+                return kept, now
+    elif kind == SLEEP:
+        _wait_timed(engine, w, arg, True)
+    elif kind == PARK:
+        engine.parking.wait(w, None, True)
+    elif kind == WATCH:
+        _wait_timed(engine, w, arg, False)
+    else:  # SPIN
+        _spin_until(engine, arg)
+    return None
+
+
+class Lent:
+    """Worker 0 of a run whose host thread lends itself: it is that worker while it waits.
+
+    NOTE [ a lent worker ]: under the virtual timer a run's process takes the host's commands
+    one at a time, and a tag's command waits for the process's updates of the tag. A worker
+    woken for them, and the command thread woken back once they are done, were two wake-ups
+    of sleeping threads per tag, each tens of microseconds on a busy machine: more than a small
+    tag takes. So there the command thread is worker 0 (a ``HookThread`` named as a worker):
+    each time it waits for the engine (``Engine.host_wait``) it runs worker 0's work until the
+    wait ends. Between commands no update is due under the virtual timer, so none waits for
+    it; ``Engine._notify_host`` also wakes it where it parks as a worker. Like a worker's, an
+    exception in Mujou's code here stops the run (run.internal-error); after a second one this
+    thread no longer works as worker 0.
+    """
+
+    __slots__ = ("_crashes", "_engine", "_ident", "_run", "exited")
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._ident = threading.get_ident()
+        self._run: Callable[[Batch, float], float] | None = None
+        self._crashes = 0
+        self.exited = False  # EXIT came, or a second crash: worker 0 is gone
+
+    def here(self) -> bool:
+        """Whether the calling thread is the lent one, still worker 0."""
+        return not self.exited and threading.get_ident() == self._ident
+
+    def work(self, done: Callable[[], bool]) -> None:
+        """With the lock held (also when it returns): worker 0's work until ``done()``, or
+        until worker 0 exits."""
+        while not self.exited:
+            try:
+                self._work(done)
+                return
+            except BaseException as exc:  # with the lock held: see _work
+                self._crashes += 1
+                self.exited = self._crashes > 1
+                self._engine.crashed_locked(1, exc, exits=self.exited)
+
+    def _work(self, done: Callable[[], bool]) -> None:
+        """``work``'s loop: worker_main's, but with the lock held between its steps and when it
+        raises, and returning once ``done()``."""
+        engine = self._engine
+        lock, policy, clock = engine.lock, engine.policy, engine.clock
+        if self._run is None:
+            self._run = batch_runner(engine, 0)
+            if engine.cpu_clocks is not None:
+                engine.cpu_clocks.register(0)
+        run, gil = self._run, policy.gil is not None
+        while not done():
+            now = clock.now()
+            kind, arg = policy.next_for_worker(0, now, _perf_counter() if gil else 0.0)
+            if policy.wake and engine.deliver() and kind > JOB:
+                continue
+            if kind > JOB:
+                if kind == EXIT:
+                    self.exited = True
+                    engine.thread_exited()
+                    return
+                if done():  # the policy counts worker 0 idle: the next wait asks it again
+                    return
+                kept = _idle(engine, 0, kind, arg)
+                if kept is None:
+                    continue
+                kind, (arg, now) = RUN, kept
+            lock.release()
+            try:
+                if kind == RUN:
+                    engine.worker_busy[0] += run(arg, clock.now())
+                else:
+                    slot, job = arg
+                    before = slot.busy_seconds
+                    run_job(engine, slot, job, 1)
+                    engine.worker_busy[0] += slot.busy_seconds - before
+            finally:
+                del arg
+                lock.acquire()
 
 
 def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:

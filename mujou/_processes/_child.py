@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .._engine import Engine
+from .._engine import Engine, HookThread
 from .._port import _Port
 from .._ports import Input, Output, link
 from .._state import cpu_copy
@@ -72,13 +72,35 @@ def main(
     wake_out: dict[str, Connection],
     wake_in: list[Connection],
 ) -> None:
-    """The process's life: build, then serve the host's commands until it says exit."""
+    """The process's life: build, then serve the host's commands until it says exit.
+
+    Under the virtual timer a worker's thread serves them, as worker 0 while it waits for the
+    engine (NOTE [ a lent worker ] in ``_engine._threads``).
+    """
     # The host's Ctrl-C reaches every process of the terminal's group: the host alone
     # handles it (run.interrupt), by stopping the run, which stops this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(setup.torch_threads)
     torch.set_default_dtype(setup.default_dtype)
     torch.use_deterministic_algorithms(setup.deterministic)
+    if not _lends(setup):
+        _serve(setup, control, events_connection, wake_out, wake_in)
+        return
+    thread = HookThread(
+        target=_serve, args=(setup, control, events_connection, wake_out, wake_in), name="mujou-worker-0"
+    )
+    thread.start()
+    thread.join()
+
+
+def _serve(
+    setup: Setup,
+    control: Connection,
+    events_connection: Connection,
+    wake_out: dict[str, Connection],
+    wake_in: list[Connection],
+) -> None:
+    """Build the group's nodes, then obey the host until it says exit (or is gone)."""
     events = Events(events_connection)
     try:
         member = _build(setup, TraceForwarder(events.send) if setup.trace else None)
@@ -112,7 +134,15 @@ def main(
             control.send_bytes(codec.dumps(reply))
     finally:
         member.engine.error_reported = True  # the host reports it (proc.hook-error)
+        if not member.engine.ended:  # a lent worker 0 stops here: no other thread can
+            member.stop()
         member.disconnect_standins()
+
+
+def _lends(setup: Setup) -> bool:
+    """Whether the thread that takes the host's commands is worker 0 too: under the virtual
+    timer, where the process has workers (NOTE [ a lent worker ])."""
+    return setup.virtual and setup.workers > 0
 
 
 def _warnings(member: Member) -> list[tuple[type[Warning], str]]:
@@ -134,7 +164,7 @@ def _build(setup: Setup, trace: TraceForwarder | None) -> Member:
         assert isinstance(output, Output) and isinstance(input, Input)
         link(output, input)
     timer: Timer = VirtualTimer() if setup.virtual else RealTimeTimer(scale=setup.scale)
-    engine = Engine(nodes, setup.workers, timer, trace)
+    engine = Engine(nodes, setup.workers, timer, trace, lent=_lends(setup))
     engine.claim()
     member = Member(engine, nodes, setup.incoming, list(setup.outgoing))
     member.connect_standins()
