@@ -414,19 +414,24 @@ class DiesInATag(Net):
 
 
 class Counts(Node):
-    """Periodic (1 ms): sends 1, 2, ... up to ``limit``, then nothing."""
+    """Periodic (1 ms): sends 1, 2, ... up to ``limit``, then nothing; with ``nest``, each
+    count in a nest that also says it in words (a structure that changes its size)."""
 
-    out = Output()
+    out: Output[Any] = Output()
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, nest: bool = False) -> None:
         super().__init__(period=0.001, seed=0)
         self.limit = limit
+        self.nest = nest
         self.count = 0
 
     def on_update(self, dt: float) -> None:
         if self.count < self.limit:
             self.count += 1
-            self.out.send(torch.tensor(self.count))
+            count = torch.tensor(self.count)
+            self.out.send(
+                {"count": count, "words": f"count {self.count}" * (self.count % 7)} if self.nest else count
+            )
 
 
 class Keeps(Node):
@@ -488,9 +493,9 @@ class TwoStalls(Net):
 class Stalls(Net):
     """A sender of ``limit`` messages and their reader, for a process of each."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, nest: bool = False) -> None:
         super().__init__()
-        self.sender = Counts(limit)
+        self.sender = Counts(limit, nest)
         self.reader = Keeps()
         self.connect(self.sender.out, self.reader.x)
 

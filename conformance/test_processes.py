@@ -667,18 +667,28 @@ def test_the_last_tags_messages_are_out_when_the_host_call_returns(
     clean()
 
 
-@pytest.mark.rule("proc.latest-value")
-def test_a_process_that_stops_reading_does_not_hold_up_its_senders(clean: Callable[[], None]) -> None:
+@pytest.mark.rule("proc.latest-value", "proc.transport")
+@pytest.mark.parametrize("nest", [False, True], ids=["tensor", "nest"])
+def test_a_process_that_stops_reading_does_not_hold_up_its_senders(
+    nest: bool, clean: Callable[[], None]
+) -> None:
     """The reader's process is stopped (SIGSTOP) while the sender sends 3,000 messages, more
     than its wake pipe holds: the sender goes on, and once the reader's process goes on too,
-    its input has the last message. Planted: every record waiting for the full pipe, and the
-    sender stops at about 1,300."""
+    its input has the last message, a nest's structure with it. Planted: every record
+    waiting for the full pipe, and the sender stops at about 1,300 (a nest's record still
+    carrying its structure, and so waiting: the same)."""
     limit = 3000
-    net = Stalls(limit)
+    net = Stalls(limit, nest)
 
-    def last(port: mujou.Input[torch.Tensor] | mujou.Output[torch.Tensor]) -> int:
+    def last(port: mujou.Input[Any] | mujou.Output[Any]) -> int:
         message = run.read(port)
-        return -1 if message is None else int(message)
+        if message is None:
+            return -1
+        if not nest:
+            return int(message)
+        count = int(message["count"])
+        assert message["words"] == f"count {count}" * (count % 7), message  # its own structure
+        return count
 
     with mujou.run(net, processes={"sender": net.sender, "reader": net.reader}) as run:
         wait_until(lambda: run.read(net.reader.x) is not None, "the reader's first message")

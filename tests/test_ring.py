@@ -166,6 +166,26 @@ def test_a_new_layout_reallocates_and_the_reader_follows_the_reannounce() -> Non
         reader.reannounce(passed(announce))
 
 
+def test_a_structured_ring_is_a_ring_of_its_own() -> None:
+    """``structured`` (the last leaf is the writer's data) is part of what makes a ring: the
+    same tensors with and without it get a new ring each time (planted: the flag ignored when
+    the layout fits, and the reader takes a message's last tensor for its structure)."""
+    writer = RingWriter()
+    leaves = [torch.zeros(3), torch.arange(16, dtype=torch.uint8)]
+    first = _first(writer.write(leaves, 0.0, 1, structured=True))
+    reader = RingReader(passed(first))
+    before = reader.structured
+    assert first.structured and before
+    assert writer.write(leaves, 0.5, 2, structured=True) is None  # the same: no new ring
+    plain = _first(writer.write(leaves, 1.0, 3))
+    assert not plain.structured and plain.generation == 2
+    reader.reannounce(passed(plain))
+    after = reader.structured
+    assert not after
+    assert_same(read(reader)[2], leaves)
+    assert _first(writer.write(leaves, 2.0, 4, structured=True)).generation == 3
+
+
 def test_bad_input_is_refused() -> None:
     with pytest.raises(TypeError, match=r"^slots must be an int >= 1, got float: 2.0$"):
         RingWriter(2.0)  # type: ignore[arg-type]  # the wrong type, on purpose

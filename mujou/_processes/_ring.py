@@ -21,6 +21,10 @@ Layout of the buffer (``int64`` words, then bytes)::
     ...               padding to a multiple of 64 bytes
     K slots           each holds every leaf back to back, each leaf 64-byte aligned
 
+A *structured* ring (``Announce.structured``) is the same, but the last leaf of each slot is
+the writer's caller's data about the message, not one of its tensors (the wire puts a nest's
+structure there, so that the slot alone makes the whole message).
+
 Write n (1, 2, 3, ...) goes to slot ``n % K``. A message of another layout (leaf count,
 dtype or shape of a leaf) gets a new buffer: a new ring of the next generation, which the
 writer's caller announces to every reader before it tells them about the write.
@@ -176,6 +180,7 @@ class Announce:
     generation: int  # 1 for the first ring of an output, +1 at each re-allocation
     slots: int
     buffer: torch.Tensor  # uint8, in shared memory: the header, then the slots
+    structured: bool = False  # the last leaf is not a tensor of the message: the caller's data
 
 
 class _Ring:
@@ -216,11 +221,11 @@ class _Ring:
             )
 
 
-def _allocate(layout: Layout, slots: int, generation: int) -> _Ring:
+def _allocate(layout: Layout, slots: int, generation: int, structured: bool) -> _Ring:
     header_bytes = _align(8 * (_SLOT_WORDS + 2 * slots))
     slot_bytes = sum(_align(math.prod(shape) * dtype.itemsize) for dtype, shape in layout)
     buffer = torch.zeros(header_bytes + slots * slot_bytes, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-    return _Ring(Announce(layout, generation, slots, buffer))
+    return _Ring(Announce(layout, generation, slots, buffer, structured))
 
 
 def _layout_of(tensors: Sequence[object]) -> Layout:
@@ -275,11 +280,15 @@ class RingWriter:
         self._number: int | None = None  # the last message number written
         self._closed = False
 
-    def write(self, tensors: Sequence[torch.Tensor], stamp: float, number: int) -> Announce | None:
+    def write(
+        self, tensors: Sequence[torch.Tensor], stamp: float, number: int, *, structured: bool = False
+    ) -> Announce | None:
         """Copy the tensor leaves of message ``number`` (stamped ``stamp``) into the next slot.
 
         The tensors may have any dtype, shape and strides (non-contiguous ones too), and
         there may be none. ``number`` must be greater than the last one written.
+        ``structured``: the last tensor is the caller's data about the message (its readers
+        see ``RingReader.structured``); a change of it, as of the layout, makes a new ring.
 
         Returns:
             An :class:`Announce` when the ring was (re)allocated for a new layout, the first
@@ -297,10 +306,14 @@ class RingWriter:
             raise ValueError(f"message numbers must increase: got {number!r} after {self._number!r}")
         ring = self._ring
         announce = None
-        if ring is None or not _same_layout(tensors, ring.announce.layout):
+        if (
+            ring is None
+            or ring.announce.structured is not structured
+            or not _same_layout(tensors, ring.announce.layout)
+        ):
             layout = _layout_of(tensors)  # raises on a leaf that is no dense tensor
             self._generation += 1
-            ring = self._ring = _allocate(layout, self._slots, self._generation)
+            ring = self._ring = _allocate(layout, self._slots, self._generation, structured)
             self._count = 0
             announce = ring.announce
         n = self._count + 1
@@ -351,6 +364,14 @@ class RingReader:
         if self._ring is None:
             raise RuntimeError("the ring reader is closed")
         return self._ring.announce.generation
+
+    @property
+    def structured(self) -> bool:
+        """Whether the last tensor of each slot of the ring read now is the writer's data
+        about the message (``RingWriter.write(structured=True)``)."""
+        if self._ring is None:
+            raise RuntimeError("the ring reader is closed")
+        return self._ring.announce.structured
 
     def reannounce(self, announce: Announce) -> None:
         """Read the ring of ``announce`` from now on: a newer generation of the same output's.

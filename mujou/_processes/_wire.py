@@ -4,10 +4,10 @@ An input whose source is in another process reads a *stand-in*: an output of no 
 as the source, whose latest message this process sets when one arrives (proc.latest-value).
 The process's outputs that have readers elsewhere get a watcher that forwards each message:
 
-- under the real-time timer, into the output's ring of shared-memory slots, then a small
-  record on the wake pipe of each reader's process (proc.transport, proc.wake); a receiver
-  thread there takes the newest slot, publishes it on the stand-in and wakes the triggered
-  readers at once;
+- under the real-time timer, into the output's ring of shared-memory slots (a nest's
+  structure too, pickled into a leaf of its own), then a small record on the wake pipe of
+  each reader's process (proc.transport, proc.wake); a receiver thread there takes the
+  newest slot, publishes it on the stand-in and wakes the triggered readers at once;
 - under the virtual timer, into an outbox the host collects at the end of each tag and hands
   to the readers' processes before the next tag is chosen (proc.virtual).
 
@@ -17,6 +17,7 @@ sender's messages, skipped ones included, so ``coalesced`` counts them as in one
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import select
@@ -43,6 +44,8 @@ Rest = tuple[Any, tuple[int, ...]] | None
 Crossing = tuple[str, list[torch.Tensor], Rest, float, int]
 
 _FRAME = struct.Struct("!i")  # multiprocessing.Connection's frame: the length, then the bytes
+_LENGTH = struct.Struct("<q")  # the length of a nest's rest, first in its leaf of the slot
+_REST_ROOM = 256  # bytes: the least room a ring's slot keeps for a nest's rest
 # Records that do not wait for a full pipe: where a pipe's end can be made non-blocking.
 _NONBLOCKING = os.name == "posix" and hasattr(select, "PIPE_BUF")
 
@@ -66,6 +69,28 @@ def split(port: Output[Any], name: str) -> Crossing:
     tensors = [nest.leaves[i].cpu() for i in positions]
     holes = [0 if isinstance(leaf, torch.Tensor) else leaf for leaf in nest.leaves]
     return name, tensors, (rebuild(nest.spec, holes), positions), stamp, number
+
+
+def packed_rest(rest: Rest, room: int) -> torch.Tensor:
+    """The rest of a nest as the last leaf of its ring's slot: its pickle's length (8 bytes),
+    the pickle, and zeros up to ``room`` bytes, or the next power of two that holds it (a
+    larger leaf re-allocates the ring: a slower send, as for a new layout)."""
+    data = pickle.dumps(rest, protocol=pickle.HIGHEST_PROTOCOL)
+    need = _LENGTH.size + len(data)
+    if need > room:
+        room = max(_REST_ROOM, 1 << (need - 1).bit_length())
+    buffer = bytearray(room)
+    _LENGTH.pack_into(buffer, 0, len(data))
+    buffer[_LENGTH.size : need] = data
+    return torch.frombuffer(buffer, dtype=torch.uint8)
+
+
+def unpacked_rest(leaf: torch.Tensor) -> Rest:
+    """The rest ``packed_rest`` put in ``leaf`` (a contiguous CPU copy of the slot's)."""
+    raw = ctypes.string_at(leaf.data_ptr(), leaf.numel())
+    (length,) = _LENGTH.unpack_from(raw, 0)
+    rest: Rest = pickle.loads(raw[_LENGTH.size : _LENGTH.size + length])
+    return rest
 
 
 def joined(tensors: Sequence[torch.Tensor], rest: Rest) -> tuple[Any, Nest | None]:
@@ -145,16 +170,22 @@ class Forwarders:
     def _sender(self, port: Output[Any], name: str) -> Callable[[Any], None]:
         ring = self._rings[name] = RingWriter()
         pipes = self._pipes[name]
+        # The record only says "look at the ring": a later one, or one still in the pipe,
+        # finds the same newest slot, which holds a nest's structure too.
+        record = pickle.dumps((name,), protocol=pickle.HIGHEST_PROTOCOL)
+        room = 0  # the room for a nest's rest in the slots of the ring written now
 
         def send(message: Any) -> None:
+            nonlocal room
             _, tensors, rest, stamp, number = split(port, name)
-            announce = ring.write(tensors, stamp, number)
-            record = pickle.dumps((name, number, rest), protocol=pickle.HIGHEST_PROTOCOL)
+            if rest is not None:
+                leaf = packed_rest(rest, room)
+                room = leaf.numel()
+                tensors.append(leaf)
+            announce = ring.write(tensors, stamp, number, structured=rest is not None)
             shared = None if announce is None else bytes(ForkingPickler.dumps(("announce", name, announce)))
             for pipe in pipes:
-                # A tensor's record only says "look at the ring": a later one, or one still in
-                # the pipe, finds the same newest slot. A nest's carries its structure.
-                pipe.send(name, record, shared, droppable=rest is None)
+                pipe.send(name, record, shared)
 
         return send
 
@@ -163,12 +194,11 @@ class Pipe:
     """One end that writes to another process's wake pipe, shared by this process's senders.
 
     A reader's process that stops reading (stopped by a signal, stuck) fills its pipe; a
-    sender then must not wait for it (proc.latest-value). So a record that may be dropped
-    goes in one write that does not block: a write of at most ``PIPE_BUF`` bytes to a pipe is
-    all or nothing. A record that finds the pipe full is owed: the next send through the pipe
-    writes it first, unless a newer one of its output replaces it; either makes the reader
-    take the newest slot. The rest (announcements, the records of nests) are written as
-    before, waiting when the pipe is full.
+    sender then must not wait for it (proc.latest-value). So a record goes in one write that
+    does not block: a write of at most ``PIPE_BUF`` bytes to a pipe is all or nothing. A
+    record that finds the pipe full is owed: the next send through the pipe writes it first,
+    unless a newer one of its output replaces it; either makes the reader take the newest
+    slot. An announcement of a new ring waits when the pipe is full, as the reader needs it.
     """
 
     def __init__(self, connection: Connection) -> None:
@@ -180,7 +210,7 @@ class Pipe:
         if self._fd >= 0:
             os.set_blocking(self._fd, False)
 
-    def send(self, name: str, record: bytes, announce: bytes | None, *, droppable: bool = False) -> None:
+    def send(self, name: str, record: bytes, announce: bytes | None) -> None:
         """Write output ``name``'s ``record`` (after its ``announce``, if any)."""
         with self._lock:
             if self.broken:
@@ -193,7 +223,7 @@ class Pipe:
                     if not self._write_now(frame):
                         break
                     del self._owed[owed]
-                if droppable and self._fd >= 0 and _FRAME.size + len(record) <= select.PIPE_BUF:
+                if self._fd >= 0 and _FRAME.size + len(record) <= select.PIPE_BUF:
                     frame = _FRAME.pack(len(record)) + record  # as Connection.send_bytes frames it
                     if not self._write_now(frame):
                         self._owed[name] = frame
@@ -267,17 +297,16 @@ class Receiver:
                 continue
             self._publish(*record)
 
-    def _publish(self, name: str, number: int, rest: Rest) -> None:
-        """Publish the newest slot of ``name``, unless it is out already, or it is newer than
-        the record and its nest's structure comes with a later record."""
-        got = self._readers[name].latest()
+    def _publish(self, name: str) -> None:
+        """Publish the newest slot of ``name``, unless it is out already."""
+        reader = self._readers[name]
+        got = reader.latest()
         if got is None:
             return
         slot_number, stamp, tensors = got
         if slot_number <= self._published.get(name, 0):
             return  # published already, by an earlier record that found it newest
-        if rest is not None and slot_number != number:
-            return
+        rest = unpacked_rest(tensors.pop()) if reader.structured else None
         self._published[name] = slot_number
         message, nest = joined(tensors, rest)
         if not self.engine.ended:
