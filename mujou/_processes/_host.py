@@ -1,4 +1,4 @@
-"""The host's side of a run with processes: spawning them, and coordinating them.
+"""The host's side of a run with processes: coordinating them (spawning them: ``_spawn``).
 
 ``Processes`` holds the host's own ``Member`` and a ``Group`` for each other process, and does
 what the run's calls need from all of them: the start in its phases, the virtual timer's tags
@@ -9,32 +9,26 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import multiprocessing
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from multiprocessing.connection import Connection
 from typing import Any
-
-import torch
 
 from .._errors import ProcessError
 from .._net import Net
 from .._node import Node
 from .._port import _Port
-from .._ports import Output
 from .._stats import RunStats
 from .._trace import TraceRecorder
-from ._child import Setup, main
 from ._gather import merge_stats, merge_trees
 from ._group import Group, rebuild_failure
 from ._lockstep import advance
 from ._member import Member
 from ._mirrors import Mirrors
-from ._pack import pack
 from ._placement import HOST, Placement
-from ._wire import Crossing, Pipe
+from ._spawn import spawn
+from ._wire import Crossing
 
 _live: weakref.WeakSet[Processes] = weakref.WeakSet()
 
@@ -83,70 +77,19 @@ class Processes:
     # -- starting --------------------------------------------------------------------------
 
     def spawn(self, workers: Mapping[str, int], virtual: bool, scale: float) -> None:
-        """Start each group's process, with its nodes and its ends of the wake pipes."""
-        context = multiprocessing.get_context("spawn")
-        placement = self.placement
-        self.group_workers = {name: workers[name] for name in placement.groups}
-        names = [HOST, *placement.groups]
-        readers_of = {
-            name: {p for readers in placement.outgoing[name].values() for p in readers} for name in names
-        }
-        packed = {name: [pack(node, name) for node in nodes] for name, nodes in placement.groups.items()}
-        wake: dict[tuple[str, str], tuple[Connection, Connection]] = {}
-        for writer in names:
-            for reader in sorted(readers_of[writer]):
-                wake[writer, reader] = context.Pipe(duplex=False)  # (reader's end, writer's end)
-        self.host_pipes = {w_r[1]: Pipe(ends[1]) for w_r, ends in wake.items() if w_r[0] == HOST}
-        self.host_inbound = [ends[0] for w_r, ends in wake.items() if w_r[1] == HOST]
-        for name, nodes in placement.groups.items():
-            members = {id(node) for node in nodes}
-            links = [
-                (port.name, reader.name)
-                for node in nodes
-                for port in node._mujou.ports.values()
-                if isinstance(port, Output)
-                for reader in port._readers
-                if id(reader.node) in members
-            ]
-            setup = Setup(
-                name=name,
-                nodes=packed[name],
-                links=links,
-                incoming=placement.incoming[name],
-                outgoing=placement.outgoing[name],
-                workers=workers[name],
-                virtual=virtual,
-                scale=scale,
-                torch_threads=torch.get_num_threads(),
-                default_dtype=torch.get_default_dtype(),
-                deterministic=torch.are_deterministic_algorithms_enabled(),
-                trace=self.recorder is not None,
-            )
-            control, control_child = context.Pipe()
-            events, events_child = context.Pipe(duplex=False)
-            wake_out = {reader: ends[1] for (writer, reader), ends in wake.items() if writer == name}
-            wake_in = [ends[0] for (writer, reader), ends in wake.items() if reader == name]
-            process = context.Process(
-                target=main,
-                args=(setup, control_child, events_child, wake_out, wake_in),
-                name=f"mujou-{name}",
-            )
-            process.start()
-            control_child.close()
-            events_child.close()
-            for end in (*wake_out.values(), *wake_in):
-                end.close()
-            group = self.groups[name] = Group(
-                name,
-                nodes,
-                process=process,
-                control=control,
-                events=events,
-                on_event=self._on_event,
-                on_warning=self.host.engine.hooks.queue_warning,
-                virtual=virtual,
-            )
-            group._lock.acquire()  # the reply to come: the nodes rebuilt, or why not
+        """Start each group's process, with its nodes and its ends of the wake pipes; wait
+        until each has rebuilt its nodes."""
+        self.group_workers = {name: workers[name] for name in self.placement.groups}
+        spawned = spawn(
+            self.placement,
+            workers,
+            virtual=virtual,
+            scale=scale,
+            trace=self.recorder is not None,
+            on_event=self._on_event,
+            on_warning=self.host.engine.hooks.queue_warning,
+        )
+        self.groups, self.host_pipes, self.host_inbound = spawned
         self.receive_all(self.groups.values())  # each rebuilt its nodes, or failed
         for group in self.groups.values():
             group.start_reading()

@@ -1,0 +1,103 @@
+"""Spawning a run's processes: each group's ``Setup``, its connections, its wake pipes.
+
+Each process gets its nodes packed (``_pack``), the links among them, which of its inputs read
+sources elsewhere and which of its outputs are read elsewhere, the host's torch settings, and
+its ends of the wake pipes: one pipe for each pair of processes where one sends to the other
+(proc.wake). The host keeps the control and events connections of each (``Group``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from .._ports import Output
+from ._child import Setup, main
+from ._group import Group
+from ._pack import pack
+from ._placement import HOST, Placement
+from ._wire import Pipe
+
+Spawned = tuple[dict[str, Group], dict[str, Pipe], list[Connection]]
+"""The groups by name, the host's wake pipes to each reader process, the host's inbound ends."""
+
+
+def spawn(
+    placement: Placement,
+    workers: Mapping[str, int],
+    *,
+    virtual: bool,
+    scale: float,
+    trace: bool,
+    on_event: Callable[[Group, tuple[Any, ...]], None],
+    on_warning: Callable[[type[Warning], str], None],
+) -> Spawned:
+    """Start each group's process. Each group's first reply (its nodes rebuilt, or why not)
+    is still to come: its lock is held for it, as after a ``Group.send``."""
+    context = multiprocessing.get_context("spawn")
+    names = [HOST, *placement.groups]
+    readers_of = {
+        name: {p for readers in placement.outgoing[name].values() for p in readers} for name in names
+    }
+    packed = {name: [pack(node, name) for node in nodes] for name, nodes in placement.groups.items()}
+    wake: dict[tuple[str, str], tuple[Connection, Connection]] = {}
+    for writer in names:
+        for reader in sorted(readers_of[writer]):
+            wake[writer, reader] = context.Pipe(duplex=False)  # (reader's end, writer's end)
+    host_pipes = {w_r[1]: Pipe(ends[1]) for w_r, ends in wake.items() if w_r[0] == HOST}
+    host_inbound = [ends[0] for w_r, ends in wake.items() if w_r[1] == HOST]
+    groups: dict[str, Group] = {}
+    for name, nodes in placement.groups.items():
+        members = {id(node) for node in nodes}
+        links = [
+            (port.name, reader.name)
+            for node in nodes
+            for port in node._mujou.ports.values()
+            if isinstance(port, Output)
+            for reader in port._readers
+            if id(reader.node) in members
+        ]
+        setup = Setup(
+            name=name,
+            nodes=packed[name],
+            links=links,
+            incoming=placement.incoming[name],
+            outgoing=placement.outgoing[name],
+            workers=workers[name],
+            virtual=virtual,
+            scale=scale,
+            torch_threads=torch.get_num_threads(),
+            default_dtype=torch.get_default_dtype(),
+            deterministic=torch.are_deterministic_algorithms_enabled(),
+            trace=trace,
+        )
+        control, control_child = context.Pipe()
+        events, events_child = context.Pipe(duplex=False)
+        wake_out = {reader: ends[1] for (writer, reader), ends in wake.items() if writer == name}
+        wake_in = [ends[0] for (writer, reader), ends in wake.items() if reader == name]
+        process = context.Process(
+            target=main,
+            args=(setup, control_child, events_child, wake_out, wake_in),
+            name=f"mujou-{name}",
+        )
+        process.start()
+        control_child.close()
+        events_child.close()
+        for end in (*wake_out.values(), *wake_in):
+            end.close()
+        group = groups[name] = Group(
+            name,
+            nodes,
+            process=process,
+            control=control,
+            events=events,
+            on_event=on_event,
+            on_warning=on_warning,
+            virtual=virtual,
+        )
+        group._lock.acquire()  # the reply to come: the nodes rebuilt, or why not
+    return groups, host_pipes, host_inbound
