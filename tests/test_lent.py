@@ -90,18 +90,28 @@ def lent_engine(net: Net, workers: int = 1) -> Engine:
     return Engine(list(net.nodes()), workers, mujou.VirtualTimer(), None, lent=True)
 
 
-def run_lent(net: Net, until: float, workers: int = 1) -> tuple[Engine, dict[str, Any]]:
-    """Start, advance to ``until``, take the state and stop, all on the lent thread."""
+def run_lent(
+    net: Net,
+    until: float,
+    *,
+    workers: int = 1,
+    state: bool = True,
+    after_go: Callable[[Engine], None] | None = None,
+) -> tuple[Engine, dict[str, Any] | None]:
+    """On the lent thread: start, ``after_go``, advance to ``until``, take the state (when
+    ``state``) and stop. The engine and the tree."""
     engines: list[Engine] = []
 
-    def scenario() -> dict[str, Any]:
+    def scenario() -> dict[str, Any] | None:
         engine = lent_engine(net, workers)
         engines.append(engine)
         engine.claim()
         engine.start(None)
         engine.go()
+        if after_go is not None:
+            after_go(engine)
         engine.advance(until, None)
-        tree = engine.state_tree()
+        tree = engine.state_tree() if state else None
         engine.stop()
         return tree
 
@@ -112,29 +122,21 @@ def run_lent(net: Net, until: float, workers: int = 1) -> tuple[Engine, dict[str
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_lent_thread_runs_worker_zeros_hooks(workers: int) -> None:
     net = Mixed()
-    engines: list[Engine] = []
     others: list[str] = []
+    idents: list[int] = []
 
-    def scenario() -> dict[str, Any]:
-        engine = lent_engine(net, workers)
-        engines.append(engine)
-        engine.claim()
-        engine.start(None)
-        engine.go()
+    def look(engine: Engine) -> None:
         others.extend(t.name for t in threading.enumerate() if t.name.startswith("mujou-worker"))
-        engine.advance(0.5, None)
-        tree = engine.state_tree()
-        engine.stop()
-        return tree
+        idents.append(threading.get_ident())
 
-    tree, ident = on_lent_thread(scenario)
-    engine = engines[0]
+    engine, tree = run_lent(net, 0.5, workers=workers, after_go=look)
+    assert tree is not None
+    ident = idents[0]
     assert engine.ended and engine.error is None
     # Worker 0 is the lent thread itself: only the others have threads of their own.
     assert sorted(others) == [f"mujou-worker-{i}" for i in range(workers)]
-    assert (
-        tree["a"]["updates"].item() == tree["b"]["updates"].item() == 4
-    )  # t = 0.125, ... 0.5 (sched.first-due)
+    updates = (tree["a"]["updates"].item(), tree["b"]["updates"].item())
+    assert updates == (4, 4)  # t = 0.125, ... 0.5 (sched.first-due)
     assert net.a.stops == net.b.stops == net.d.stops == 1
     # state_dict runs on the state thread (state.consistent-snapshot), the rest on workers.
     pooled = {
@@ -153,6 +155,7 @@ def test_the_lent_thread_runs_worker_zeros_hooks(workers: int) -> None:
 
 def test_the_same_state_as_with_a_thread_of_its_own() -> None:
     _, lent = run_lent(Mixed(), 1.0)
+    assert lent is not None
     net = Mixed()
     with mujou.run(net, workers=1, timer=mujou.VirtualTimer()) as run:
         run.sleep(1.0)
@@ -167,7 +170,7 @@ def test_a_parked_lent_worker_wakes_when_a_dedicated_thread_ends_its_job() -> No
     node's on_start still runs: the end of that job wakes it (Engine._notify_host)."""
     net = Mixed(slow_dedicated=0.3)
     engine, tree = run_lent(net, 0.25)
-    assert engine.ended and engine.error is None
+    assert tree is not None and engine.ended and engine.error is None
     assert tree["d"]["updates"].item() == 2  # t = 0.125, 0.25
 
 
@@ -184,19 +187,7 @@ def test_a_fault_on_the_lent_worker_stops_the_run(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(_threads, "begin_update", begin_update)
     net = Mixed()
-    engines: list[Engine] = []
-
-    def scenario() -> None:
-        engine = lent_engine(net)
-        engines.append(engine)
-        engine.claim()
-        engine.start(None)
-        engine.go()
-        engine.advance(1.0, None)
-        engine.stop()
-
-    on_lent_thread(scenario)
-    engine = engines[0]
+    engine, _ = run_lent(net, 1.0, state=False)
     assert engine.ended
     assert isinstance(engine.error, mujou.MujouInternalError)
     assert engine.error.__cause__ is planted
@@ -210,21 +201,10 @@ def test_a_second_fault_ends_worker_zero_and_the_run_still_ends(monkeypatch: pyt
     def next_for_worker(self: Any, w: int, now: float, real: float) -> tuple[int, Any]:
         raise planted
 
-    net = Mixed()
-    engines: list[Engine] = []
-
-    def scenario() -> None:
-        engine = lent_engine(net)
-        engines.append(engine)
-        engine.claim()
-        engine.start(None)
-        engine.go()
+    def plant(engine: Engine) -> None:
         monkeypatch.setattr(type(engine.policy), "next_for_worker", next_for_worker)
-        engine.advance(1.0, None)
-        engine.stop()
 
-    on_lent_thread(scenario)
-    engine = engines[0]
+    engine, _ = run_lent(Mixed(), 1.0, state=False, after_go=plant)
     assert engine.ended
     assert isinstance(engine.error, mujou.MujouInternalError)
     assert engine.lent is not None and engine.lent.exited
