@@ -414,24 +414,42 @@ class DiesInATag(Net):
 
 
 class Counts(Node):
-    """Periodic (1 ms): sends 1, 2, ... up to ``limit``, then nothing; with ``nest``, each
-    count in a nest that also says it in words (a structure that changes its size)."""
+    """Periodic (1 ms): sends 1, 2, ... up to ``limit``, then nothing. ``kind``: each count as
+    a 0-d tensor ("tensor"); in a nest that also says it in words, a structure that changes
+    its size ("nest"); or as ``arange(count)``, a new shape each time ("grow")."""
 
     out: Output[Any] = Output()
 
-    def __init__(self, limit: int, nest: bool = False) -> None:
+    def __init__(self, limit: int, kind: str = "tensor") -> None:
         super().__init__(period=0.001, seed=0)
         self.limit = limit
-        self.nest = nest
+        self.kind = kind
         self.count = 0
 
     def on_update(self, dt: float) -> None:
         if self.count < self.limit:
             self.count += 1
             count = torch.tensor(self.count)
-            self.out.send(
-                {"count": count, "words": f"count {self.count}" * (self.count % 7)} if self.nest else count
-            )
+            if self.kind == "nest":
+                self.out.send({"count": count, "words": f"count {self.count}" * (self.count % 7)})
+            elif self.kind == "grow":
+                self.out.send(torch.arange(self.count))
+            else:
+                self.out.send(count)
+
+
+def count_of(message: Any, kind: str) -> int:
+    """The count a message of ``Counts(kind=kind)`` says, checking its structure or shape."""
+    if message is None:
+        return -1
+    if kind == "nest":
+        count = int(message["count"])
+        assert message["words"] == f"count {count}" * (count % 7), message  # its own structure
+        return count
+    if kind == "grow":
+        assert torch.equal(message, torch.arange(len(message))), message
+        return len(message)
+    return int(message)
 
 
 class Keeps(Node):
@@ -493,11 +511,25 @@ class TwoStalls(Net):
 class Stalls(Net):
     """A sender of ``limit`` messages and their reader, for a process of each."""
 
-    def __init__(self, limit: int, nest: bool = False) -> None:
+    def __init__(self, limit: int, kind: str = "tensor") -> None:
         super().__init__()
-        self.sender = Counts(limit, nest)
+        self.sender = Counts(limit, kind)
         self.reader = Keeps()
         self.connect(self.sender.out, self.reader.x)
+
+
+class ManyReaders(Net):
+    """A sender of ``limit`` messages and three readers of its output: for a process each, but
+    the last, in the host's."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.sender = Counts(limit)
+        self.first = Keeps()
+        self.second = Keeps()
+        self.third = Keeps()
+        for reader in (self.first, self.second, self.third):
+            self.connect(self.sender.out, reader.x)
 
 
 class SendsThenFails(Net):

@@ -33,6 +33,7 @@ from _process_nodes import (
     Inside,
     Leaker,
     Locked,
+    ManyReaders,
     Marker,
     SendsThenFails,
     Source,
@@ -40,6 +41,7 @@ from _process_nodes import (
     TwoStalls,
     Unstartable,
     Wire,
+    count_of,
 )
 from _support import HANG_GUARD, Bag, Plain, vt, wait_until
 
@@ -668,27 +670,21 @@ def test_the_last_tags_messages_are_out_when_the_host_call_returns(
 
 
 @pytest.mark.rule("proc.latest-value", "proc.transport")
-@pytest.mark.parametrize("nest", [False, True], ids=["tensor", "nest"])
+@pytest.mark.parametrize("kind", ["tensor", "nest", "grow"])
 def test_a_process_that_stops_reading_does_not_hold_up_its_senders(
-    nest: bool, clean: Callable[[], None]
+    kind: str, clean: Callable[[], None]
 ) -> None:
     """The reader's process is stopped (SIGSTOP) while the sender sends 3,000 messages, more
     than its wake pipe holds: the sender goes on, and once the reader's process goes on too,
-    its input has the last message, a nest's structure with it. Planted: every record
+    its input has the last message, a nest's structure with it, in its own shape. "grow"
+    sends a new shape each time, so each message announces a new ring. Planted: every record
     waiting for the full pipe, and the sender stops at about 1,300 (a nest's record still
-    carrying its structure, and so waiting: the same)."""
+    carrying its structure, and so waiting: the same; the announcements waiting: about 120)."""
     limit = 3000
-    net = Stalls(limit, nest)
+    net = Stalls(limit, kind)
 
     def last(port: mujou.Input[Any] | mujou.Output[Any]) -> int:
-        message = run.read(port)
-        if message is None:
-            return -1
-        if not nest:
-            return int(message)
-        count = int(message["count"])
-        assert message["words"] == f"count {count}" * (count % 7), message  # its own structure
-        return count
+        return count_of(run.read(port), kind)
 
     with mujou.run(net, processes={"sender": net.sender, "reader": net.reader}) as run:
         wait_until(lambda: run.read(net.reader.x) is not None, "the reader's first message")
@@ -700,6 +696,25 @@ def test_a_process_that_stops_reading_does_not_hold_up_its_senders(
         finally:
             os.kill(pid, signal.SIGCONT)
         wait_until(lambda: last(net.reader.x) == limit, "the reader to have the last message")
+    clean()
+
+
+@pytest.mark.rule("proc.transport", "proc.latest-value")
+def test_an_output_read_in_several_processes_reaches_each(clean: Callable[[], None]) -> None:
+    """One output, read in two other processes and in the host's: each reader's process gets
+    its own ring, and each reader the last message. Planted: one announcement pickled for
+    every pipe, whose descriptor only the first reader's process can fetch, and the others
+    never read a message."""
+    limit = 50
+    net = ManyReaders(limit)
+    processes = {"sender": net.sender, "first": net.first, "second": net.second}
+    with mujou.run(net, processes=processes) as run:
+        for reader in (net.first, net.second, net.third):
+
+            def has_last(port: mujou.Input[Any] = reader.x) -> bool:
+                return count_of(run.read(port), "tensor") == limit
+
+            wait_until(has_last, f"{reader.name}'s last message")
     clean()
 
 

@@ -32,7 +32,7 @@ import torch
 
 from .._messages import Nest, flatten, rebuild
 from .._ports import Output
-from ._ring import RingReader, RingWriter
+from ._ring import Announce, RingReader, RingWriter
 
 if TYPE_CHECKING:
     from .._engine import Engine
@@ -46,6 +46,7 @@ Crossing = tuple[str, list[torch.Tensor], Rest, float, int]
 _FRAME = struct.Struct("!i")  # multiprocessing.Connection's frame: the length, then the bytes
 _LENGTH = struct.Struct("<q")  # the length of a nest's rest, first in its leaf of the slot
 _REST_ROOM = 256  # bytes: the least room a ring's slot keeps for a nest's rest
+_FLUSH_LOOK_MS = 100  # how often a pipe's flusher looks whether it still owes anything
 # Records that do not wait for a full pipe: where a pipe's end can be made non-blocking.
 _NONBLOCKING = os.name == "posix" and hasattr(select, "PIPE_BUF")
 
@@ -183,9 +184,8 @@ class Forwarders:
                 room = leaf.numel()
                 tensors.append(leaf)
             announce = ring.write(tensors, stamp, number, structured=rest is not None)
-            shared = None if announce is None else bytes(ForkingPickler.dumps(("announce", name, announce)))
-            for pipe in pipes:
-                pipe.send(name, record, shared)
+            for pipe in pipes:  # each pickles its own announcement: a reader fetches it once
+                pipe.send(name, record, announce)
 
         return send
 
@@ -194,43 +194,84 @@ class Pipe:
     """One end that writes to another process's wake pipe, shared by this process's senders.
 
     A reader's process that stops reading (stopped by a signal, stuck) fills its pipe; a
-    sender then must not wait for it (proc.latest-value). So a record goes in one write that
-    does not block: a write of at most ``PIPE_BUF`` bytes to a pipe is all or nothing. A
-    record that finds the pipe full is owed: the next send through the pipe writes it first,
-    unless a newer one of its output replaces it; either makes the reader take the newest
-    slot. An announcement of a new ring waits when the pipe is full, as the reader needs it.
+    sender then must not wait for it (proc.latest-value). So each write is one that does not
+    block: a write of at most ``PIPE_BUF`` bytes to a pipe is all or nothing. What finds the
+    pipe full is owed, by output, and written as soon as there is room (by the next send
+    through the pipe, or by a thread that waits for room while anything is owed), unless a
+    newer one of its output replaces it: the announcements of new rings, then the records,
+    each of which makes the reader take the newest slot of its ring. An announcement is
+    pickled only once the pipe has room for it: its pickle hands the ring's descriptor to
+    this process's resource sharer, for the reader's process to fetch once, so each pipe
+    pickles its own and one never sent would hold a descriptor until the process ends. One
+    too large for a write that cannot block (a nest of about a hundred tensors) waits.
     """
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._lock = threading.Lock()
         self.broken = False
+        self._announces: dict[str, Announce] = {}  # by output: a new ring a full pipe left out
         self._owed: dict[str, bytes] = {}  # by output: the frame of a record a full pipe left out
+        self._flusher: threading.Thread | None = None  # writes what is owed once there is room
         self._fd = connection.fileno() if _NONBLOCKING else -1
         if self._fd >= 0:
             os.set_blocking(self._fd, False)
+            self._room = select.poll()
+            self._room.register(self._fd, select.POLLOUT)
 
-    def send(self, name: str, record: bytes, announce: bytes | None) -> None:
-        """Write output ``name``'s ``record`` (after its ``announce``, if any)."""
+    def send(self, name: str, record: bytes, announce: Announce | None) -> None:
+        """Write output ``name``'s ``record``, after the announcement of its new ring, if any."""
         with self._lock:
             if self.broken:
                 return
             try:
-                if announce is not None:  # before the record it is about
-                    self._send_waiting(announce)
-                self._owed.pop(name, None)  # this record is newer
-                for owed, frame in list(self._owed.items()):
-                    if not self._write_now(frame):
-                        break
-                    del self._owed[owed]
-                if self._fd >= 0 and _FRAME.size + len(record) <= select.PIPE_BUF:
-                    frame = _FRAME.pack(len(record)) + record  # as Connection.send_bytes frames it
-                    if not self._write_now(frame):
-                        self._owed[name] = frame
-                else:
-                    self._send_waiting(record)
+                if self._fd < 0:  # no write that cannot block here: each waits
+                    if announce is not None:
+                        self.connection.send_bytes(_announcement(name, announce))
+                    self.connection.send_bytes(record)
+                    return
+                if announce is not None:
+                    self._announces[name] = announce  # replaces an older one still owed
+                self._owed[name] = _FRAME.pack(len(record)) + record  # replaces an older one
+                self._write_owed()
+                if (self._announces or self._owed) and self._flusher is None:
+                    self._flusher = threading.Thread(target=self._flush, name="mujou-ports-out", daemon=True)
+                    self._flusher.start()
             except OSError:  # the reader's process ended: the host stops the run for it
                 self.broken = True
+
+    def _flush(self) -> None:
+        """While something is owed: write it as soon as the pipe has room, then end. So a
+        reader's process that reads again gets the latest messages without waiting for
+        another send."""
+        room = select.poll()  # its own: one poll object is not for two threads at once
+        room.register(self._fd, select.POLLOUT)
+        while True:
+            ready = room.poll(_FLUSH_LOOK_MS)  # also when the reader's end closed: the write fails
+            with self._lock:
+                if self.broken or not (self._announces or self._owed):
+                    self._flusher = None
+                    return
+                if ready:
+                    try:
+                        self._write_owed()
+                    except OSError:
+                        self.broken = True
+
+    def _write_owed(self) -> None:
+        """Write what is owed while the pipe has room: the announcements, then the records."""
+        for name, announce in list(self._announces.items()):
+            if not self._room.poll(0):
+                return
+            data = _announcement(name, announce)
+            frame = _FRAME.pack(len(data)) + data  # as Connection.send_bytes frames it
+            if len(frame) > select.PIPE_BUF or not self._write_now(frame):
+                self._send_waiting(data)
+            del self._announces[name]
+        for name, frame in list(self._owed.items()):
+            if not self._write_now(frame):
+                return
+            del self._owed[name]
 
     def _write_now(self, frame: bytes) -> bool:
         """Write ``frame`` (at most PIPE_BUF bytes) whole, unless the pipe is full: whether it did."""
@@ -241,14 +282,16 @@ class Pipe:
         return True
 
     def _send_waiting(self, data: bytes) -> None:
-        if self._fd < 0:
-            self.connection.send_bytes(data)
-            return
         os.set_blocking(self._fd, True)
         try:
             self.connection.send_bytes(data)
         finally:
             os.set_blocking(self._fd, False)
+
+
+def _announcement(name: str, announce: Announce) -> bytes:
+    """The record of output ``name``'s new ring, pickled as a ring must be (``Announce``)."""
+    return bytes(ForkingPickler.dumps(("announce", name, announce)))
 
 
 class Receiver:
