@@ -145,39 +145,53 @@ def guarded(engine: Engine, holder: int, body: Callable[..., None], *args: Any) 
 
 def worker_main(engine: Engine, w: int) -> None:
     """Worker ``w``: ask the policy what to do next, do it, tell the policy, again."""
+    if engine.cpu_clocks is not None:
+        engine.cpu_clocks.register(w)
+    run = batch_runner(engine, w)
+    with engine.lock:
+        _work(engine, w, run, None)
+
+
+def _work(
+    engine: Engine, w: int, run: Callable[[Batch, float], float], done: Callable[[], bool] | None
+) -> bool:
+    """Worker ``w``'s loop, with the lock held on entry, on return and when it raises (it
+    releases it to run a batch or a job): until ``done()`` (None: until the worker exits).
+    Whether the worker exited."""
     lock, policy, clock = engine.lock, engine.policy, engine.clock
     next_for_worker, now_of = policy.next_for_worker, clock.now
     gil = policy.gil is not None
     busy = engine.worker_busy
-    if engine.cpu_clocks is not None:
-        engine.cpu_clocks.register(w)
-    run = batch_runner(engine, w)
-    while True:
-        with lock:
-            while True:
-                now = now_of()
-                kind, arg = next_for_worker(w, now, _perf_counter() if gil else 0.0)
-                if policy.wake and engine.deliver() and kind > JOB:
-                    continue  # the next virtual instant began
-                if kind <= JOB:  # RUN or JOB
-                    if kind == RUN:
-                        now = now_of()  # again: putting back and taking a large batch takes a while
-                    break
-                if kind == EXIT:
-                    engine.thread_exited()
-                    return
-                kept = _idle(engine, w, kind, arg)
-                if kept is not None:
-                    kind, (arg, now) = RUN, kept
-                    break
+    while done is None or not done():
+        now = now_of()
+        kind, arg = next_for_worker(w, now, _perf_counter() if gil else 0.0)
+        if policy.wake and engine.deliver() and kind > JOB:
+            continue  # the next virtual instant began
         if kind == RUN:
-            busy[w] += run(arg, now)
-        else:
-            slot, job = arg
-            before = slot.busy_seconds  # the hook caller measures each hook's time there
-            run_job(engine, slot, job, w + 1)
-            busy[w] += slot.busy_seconds - before
-        del arg  # drop the references while idle, as concurrent.futures does
+            now = now_of()  # again: putting back and taking a large batch takes a while
+        elif kind > JOB:
+            if kind == EXIT:
+                engine.thread_exited()
+                return True
+            if done is not None and done():  # the policy counts the worker idle: it asks again
+                return False
+            kept = _idle(engine, w, kind, arg)
+            if kept is None:
+                continue
+            kind, (arg, now) = RUN, kept
+        lock.release()
+        try:
+            if kind == RUN:
+                busy[w] += run(arg, now)
+            else:
+                slot, job = arg
+                before = slot.busy_seconds  # the hook caller measures each hook's time there
+                run_job(engine, slot, job, w + 1)
+                busy[w] += slot.busy_seconds - before
+        finally:
+            del arg  # drop the references while idle, as concurrent.futures does
+            lock.acquire()
+    return False
 
 
 def _idle(engine: Engine, w: int, kind: int, arg: Any) -> tuple[Batch, float] | None:
@@ -235,49 +249,20 @@ class Lent:
             try:
                 self._work(done)
                 return
-            except BaseException as exc:  # with the lock held: see _work
+            except BaseException as exc:  # with the lock held: see the module's _work
                 self._crashes += 1
                 self.exited = self._crashes > 1
                 self._engine.crashed_locked(1, exc, exits=self.exited)
 
     def _work(self, done: Callable[[], bool]) -> None:
-        """``work``'s loop: worker_main's, but with the lock held between its steps and when it
-        raises, and returning once ``done()``."""
+        """``work``'s loop: worker 0's (``_work``), with the lock held as there."""
         engine = self._engine
-        lock, policy, clock = engine.lock, engine.policy, engine.clock
         if self._run is None:
             self._run = batch_runner(engine, 0)
             if engine.cpu_clocks is not None:
                 engine.cpu_clocks.register(0)
-        run, gil = self._run, policy.gil is not None
-        while not done():
-            now = clock.now()
-            kind, arg = policy.next_for_worker(0, now, _perf_counter() if gil else 0.0)
-            if policy.wake and engine.deliver() and kind > JOB:
-                continue
-            if kind > JOB:
-                if kind == EXIT:
-                    self.exited = True
-                    engine.thread_exited()
-                    return
-                if done():  # the policy counts worker 0 idle: the next wait asks it again
-                    return
-                kept = _idle(engine, 0, kind, arg)
-                if kept is None:
-                    continue
-                kind, (arg, now) = RUN, kept
-            lock.release()
-            try:
-                if kind == RUN:
-                    engine.worker_busy[0] += run(arg, clock.now())
-                else:
-                    slot, job = arg
-                    before = slot.busy_seconds
-                    run_job(engine, slot, job, 1)
-                    engine.worker_busy[0] += slot.busy_seconds - before
-            finally:
-                del arg
-                lock.acquire()
+        if _work(engine, 0, self._run, done):
+            self.exited = True
 
 
 def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
