@@ -173,7 +173,7 @@ class Forwarders:
         pipes = self._pipes[name]
         # The record only says "look at the ring": a later one, or one still in the pipe,
         # finds the same newest slot, which holds a nest's structure too.
-        record = pickle.dumps((name,), protocol=pickle.HIGHEST_PROTOCOL)
+        record = _framed(pickle.dumps((name,), protocol=pickle.HIGHEST_PROTOCOL))
         room = 0  # the room for a nest's rest in the slots of the ring written now
 
         def send(message: Any) -> None:
@@ -220,7 +220,8 @@ class Pipe:
             self._room.register(self._fd, select.POLLOUT)
 
     def send(self, name: str, record: bytes, announce: Announce | None) -> None:
-        """Write output ``name``'s ``record``, after the announcement of its new ring, if any."""
+        """Write output ``name``'s ``record`` (framed: ``_framed``), after the announcement of
+        its new ring, if any."""
         with self._lock:
             if self.broken:
                 return
@@ -228,11 +229,11 @@ class Pipe:
                 if self._fd < 0:  # no write that cannot block here: each waits
                     if announce is not None:
                         self.connection.send_bytes(_announcement(name, announce))
-                    self.connection.send_bytes(record)
+                    self.connection.send_bytes(record[_FRAME.size :])
                     return
                 if announce is not None:
                     self._announces[name] = announce  # replaces an older one still owed
-                self._owed[name] = _FRAME.pack(len(record)) + record  # replaces an older one
+                self._owed[name] = record  # replaces an older one
                 self._write_owed()
                 if (self._announces or self._owed) and self._flusher is None:
                     self._flusher = threading.Thread(target=self._flush, name="mujou-ports-out", daemon=True)
@@ -263,10 +264,9 @@ class Pipe:
         for name, announce in list(self._announces.items()):
             if not self._room.poll(0):
                 return
-            data = _announcement(name, announce)
-            frame = _FRAME.pack(len(data)) + data  # as Connection.send_bytes frames it
-            if len(frame) > select.PIPE_BUF or not self._write_now(frame):
-                self._send_waiting(data)
+            frame = _framed(_announcement(name, announce))  # pickled once: see above
+            if not self._write_now(frame):  # the pipe had room, and this is its only writer
+                self._write_waiting(frame)
             del self._announces[name]
         for name, frame in list(self._owed.items()):
             if not self._write_now(frame):
@@ -274,19 +274,31 @@ class Pipe:
             del self._owed[name]
 
     def _write_now(self, frame: bytes) -> bool:
-        """Write ``frame`` (at most PIPE_BUF bytes) whole, unless the pipe is full: whether it did."""
+        """Write ``frame`` whole without waiting, unless the pipe is full: whether it did. A
+        frame over ``PIPE_BUF`` bytes, which a write could cut, is written waiting instead."""
+        if len(frame) > select.PIPE_BUF:
+            self._write_waiting(frame)
+            return True
         try:
             os.write(self._fd, frame)
         except BlockingIOError:
             return False
         return True
 
-    def _send_waiting(self, data: bytes) -> None:
+    def _write_waiting(self, frame: bytes) -> None:
+        """Write ``frame`` whole, waiting while the pipe is full."""
         os.set_blocking(self._fd, True)
         try:
-            self.connection.send_bytes(data)
+            rest = memoryview(frame)
+            while rest:
+                rest = rest[os.write(self._fd, rest) :]
         finally:
             os.set_blocking(self._fd, False)
+
+
+def _framed(data: bytes) -> bytes:
+    """``data`` framed as ``Connection.send_bytes`` frames it: its length, then the bytes."""
+    return _FRAME.pack(len(data)) + data
 
 
 def _announcement(name: str, announce: Announce) -> bytes:
