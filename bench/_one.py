@@ -26,6 +26,7 @@ SYSTEMS = {
     "threads": "bench.baselines.thread_per_node",
     "heap_pool": "bench.baselines.heap_pool",
     "ezmsg": "bench.baselines.ezmsg_peer",
+    "floor": "bench.baselines.floor",
     "holoscan": "bench.baselines.holoscan_peer",
 }
 

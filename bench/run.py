@@ -56,8 +56,10 @@ ASYNCIO, THREADS, POOL = (
 )
 HOLOSCAN, EZMSG = "NVIDIA Holoscan, Python operators", "ezmsg"
 TORCH_MP, TORCH_MP_SLOW = "torch.multiprocessing", "torch.multiprocessing, 100 Hz"
-SYSTEMS = (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG, TORCH_MP, TORCH_MP_SLOW)
+FLOOR = "the machine's floor (no framework)"  # bench/baselines/floor.py: the least any library can do
+SYSTEMS = (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG, TORCH_MP, TORCH_MP_SLOW, FLOOR)
 PROCESS_PEERS = (TORCH_MP, TORCH_MP_SLOW)  # in the tables of processes only
+NOT_IN_MAIN_TABLE = (*PROCESS_PEERS, FLOOR)  # nothing of theirs in the fleet's table
 PEERS = {HOLOSCAN: ("holoscan", "holoscan"), EZMSG: ("ezmsg", "ezmsg.core")}  # label: (system, module)
 MODULE_OF = {
     MUJOU_1: "mujou",
@@ -69,6 +71,7 @@ MODULE_OF = {
     EZMSG: "ezmsg",
     TORCH_MP: "torch_mp",
     TORCH_MP_SLOW: "torch_mp",
+    FLOOR: "floor",
 }
 
 
@@ -127,7 +130,7 @@ NOT_RUN_LARGE = "not run (set-up takes minutes)"
 # The workloads of event-triggered nodes (issue 13): workload -> (function, the systems that run it).
 TRIGGER_WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
     "trigger-latency": ("trigger_latency", (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL)),
-    "echo-triggered": ("echo_triggered", (MUJOU_1, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG)),
+    "echo-triggered": ("echo_triggered", (MUJOU_1, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG, FLOOR)),
     "chain-10": ("chain", (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL)),
     "microsteps": ("microsteps", (MUJOU_1,)),
 }
@@ -156,9 +159,10 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
     limit = durations.limit
     every = systems
     systems = [system for system in systems if system not in PROCESS_PEERS]  # theirs come last
+    periodic = [system for system in systems if system != FLOOR]  # the floor has no periodic case
     for n in durations.sizes:
         seconds = durations.fleet_largest if n >= 10000 else durations.fleet
-        for system in systems:
+        for system in periodic:
             if n > PEER_MAX_N.get(system, n):
                 continue
             params: dict[str, Any] = {"n": n, "seconds": seconds}
@@ -166,7 +170,7 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
                 params["workers"] = 1 if system == MUJOU_1 else 2
             found.append(Case(system, f"fleet-{n}", "fleet", params, limit))
     dispatch: dict[str, Any] = {"n": 100, "seconds": durations.dispatch}
-    for system in systems:
+    for system in periodic:
         if system == MUJOU_1:
             found.append(Case(system, "dispatch", "dispatch", {**dispatch, "timer": "realtime"}, limit))
             found.append(
@@ -175,7 +179,7 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
         elif system not in (MUJOU_2, THREADS):  # a thread per node has no dispatcher to measure
             found.append(Case(system, "dispatch", "dispatch", dispatch, limit))
     for workload, seconds in (("echo", durations.echo), ("idle", durations.idle)):
-        for system in systems:
+        for system in periodic:
             if system != MUJOU_2:
                 found.append(Case(system, workload, workload, {"seconds": seconds}, limit))
     for workload, (function, runs) in TRIGGER_WORKLOADS.items():
@@ -198,7 +202,7 @@ def plan_processes(durations: Durations, systems: list[str]) -> list[Case]:
         for system in systems:
             if system == MUJOU_1:
                 found.append(Case(system, workload, "cross_process", params, limit, "mujou_processes"))
-            elif system in (TORCH_MP, EZMSG):
+            elif system in (TORCH_MP, EZMSG, FLOOR):
                 found.append(Case(system, workload, "cross_process", params, limit))
             elif system == TORCH_MP_SLOW:
                 found.append(Case(system, workload, "cross_process", {**params, "period": 0.01}, limit))
@@ -212,6 +216,8 @@ def plan_processes(durations: Durations, systems: list[str]) -> list[Case]:
             found.append(Case(system, "soak", "soak", soak, limit + durations.soak, "mujou_processes"))
         elif system == TORCH_MP:
             found.append(Case(system, "fleet-processes", "fleet_processes", fleet, limit))
+        elif system == FLOOR:
+            found.append(Case(system, "tags-virtual-2p", "tags_virtual", tags, limit))
     return found
 
 
@@ -861,7 +867,7 @@ def markdown(
     ]
     lines += [_row(header), _row(["---"] * len(header))]
     for system in systems:
-        if system in PROCESS_PEERS:
+        if system in NOT_IN_MAIN_TABLE:
             continue
         if system == MUJOU_1:
             dispatch = (
@@ -974,7 +980,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine used more than CORES cores during it",
     )
     parser.add_argument(
-        "--systems", help="comma-separated: mujou,asyncio,threads,heap_pool,holoscan,ezmsg,torch_mp"
+        "--systems", help="comma-separated: mujou,asyncio,threads,heap_pool,holoscan,ezmsg,torch_mp,floor"
     )
     args = parser.parse_args(argv)
     durations = QUICK if args.quick else FULL
