@@ -686,7 +686,7 @@ def process_targets(results: Results, systems: list[str]) -> list[Target]:
         Target(
             "Virtual-timer tags with two processes: ≥ 20,000 per second",
             _format("tags-virtual-2p", m) if m else "—",
-            "—",
+            _peer_cells(results, systems, "tags-virtual-2p"),
             (m["two_processes_tags_per_second"] >= 20_000) if m else None,
         )
     )
@@ -865,9 +865,11 @@ def markdown(
         "host round trips (1 kHz echo): rate, p50 / p99",
         "one idle 100 Hz node: CPU",
     ]
-    lines += [_row(header), _row(["---"] * len(header))]
+    rows: list[str] = []
+    periodic = ("dispatch", "dispatch-virtual", "echo", "idle", *(f"fleet-{n}" for n in durations.sizes))
     for system in systems:
-        if system in NOT_IN_MAIN_TABLE:
+        measured = system in unavailable or any((system, workload) in results for workload in periodic)
+        if system in NOT_IN_MAIN_TABLE or not measured:
             continue
         if system == MUJOU_1:
             dispatch = (
@@ -876,7 +878,7 @@ def markdown(
             )
         else:
             dispatch = _cell(results, system, "dispatch", unavailable)
-        lines.append(
+        rows.append(
             _row(
                 [
                     system,
@@ -887,6 +889,8 @@ def markdown(
                 ]
             )
         )
+    if rows:  # none when only the trigger or process workloads ran
+        lines += [_row(header), _row(["---"] * len(header)), *rows]
     lines += [
         "",
         "## Event-triggered nodes",
