@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -344,6 +344,25 @@ def python_work(x: float, steps: int) -> float:
     for _ in range(steps):
         x = x * 0.999 + 0.001
     return x
+
+
+def stamped_messages(elements: int, seconds: float, period: float) -> Iterator[Any]:
+    """The cross-process senders' messages: a fresh float64 tensor of ``elements`` every
+    ``period`` for ``seconds``, [0] the monotonic time just before it is yielded (to be
+    sent at once), [1] its number."""
+    import torch
+
+    began = time.monotonic()
+    k = 0
+    while (due := began + k * period) - began <= seconds:
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        message = torch.empty(elements, dtype=torch.float64)
+        message[1] = k
+        message[0] = time.monotonic()
+        yield message
+        k += 1
 
 
 def cross_metrics(sent: Sequence[float], read: Sequence[float], keys: Sequence[int], nbytes: int) -> Metrics:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from .._common import CROSS_PERIOD, WARM_UP, Metrics, cross_metrics, round_trips
+from .._common import CROSS_PERIOD, WARM_UP, Metrics, cross_metrics, round_trips, stamped_messages
 
 READY_TIMEOUT = 60.0  # seconds for a spawned process to import torch and start
 _VALUE = struct.Struct("q")
@@ -78,20 +78,10 @@ def _send(slot: torch.Tensor, wake: Any, ready: Any, seconds: float, period: flo
     """The sender process: every ``period``, a fresh message copied into ``slot``, then a byte."""
     torch.set_num_threads(1)
     fd = wake.fileno()
-    elements = slot.numel()
     ready.put(True)
-    began = time.monotonic()
-    k = 0
-    while (due := began + k * period) - began <= seconds:
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        message = torch.empty(elements, dtype=torch.float64)
-        message[1] = k
-        message[0] = time.monotonic()
+    for message in stamped_messages(slot.numel(), seconds, period):
         slot.copy_(message)
         os.write(fd, b"m")
-        k += 1
     os.write(fd, b"e")
 
 

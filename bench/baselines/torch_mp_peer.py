@@ -27,6 +27,7 @@ from .._common import (
     Metrics,
     cross_metrics,
     python_work,
+    stamped_messages,
 )
 
 READY_TIMEOUT = 60.0  # seconds for a spawned process to import torch and start
@@ -35,22 +36,9 @@ READY_TIMEOUT = 60.0  # seconds for a spawned process to import torch and start
 def _send(q: Any, ready: Any, nbytes: int, seconds: float, period: float) -> None:
     """The sender process: a fresh tensor every ``period`` for ``seconds``, then None."""
     torch.set_num_threads(1)
-    elements = max(2, nbytes // 8)
     ready.put(True)
-    began = time.monotonic()
-    k = 0
-    while True:
-        due = began + k * period
-        if due - began > seconds:
-            break
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        message = torch.empty(elements, dtype=torch.float64)
-        message[1] = k
-        message[0] = time.monotonic()
+    for message in stamped_messages(max(2, nbytes // 8), seconds, period):
         q.put(message)
-        k += 1
     q.put(None)
     q.close()
     q.join_thread()  # the feeder thread has handed every message to the pipe
