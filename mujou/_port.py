@@ -6,7 +6,7 @@ See ``_ports.py`` for the ports themselves.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
@@ -146,3 +146,11 @@ class _Port:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def forget_messages(nodes: Iterable[Node]) -> None:
+    """Empty every port of ``nodes``: a run starts with no message, whatever an earlier run of
+    the net left on its ports (run.again). Called once the run holds the nodes, before any hook."""
+    for node in nodes:
+        for port in node._mujou.ports.values():
+            port._latest = None

@@ -19,7 +19,7 @@ from ._errors import OversubscriptionWarning
 from ._messages import Nest
 from ._net import Net
 from ._node import Node
-from ._port import _Port
+from ._port import _Port, forget_messages
 from ._ports import Input, Output
 from ._processes._placement import HOST, Placement, check_processes
 from ._processes._start import start as start_processes
@@ -119,6 +119,7 @@ def run(
             if problems:
                 raise ValueError(mismatch_message(problems))
         engine.claim()
+        forget_messages(nodes)
     except BaseException:
         if recorder is not None:  # refused before any hook ran: no trace, no file left
             recorder.discard()

@@ -16,6 +16,7 @@ from .._engine._slot import Slot
 from .._messages import Nest
 from .._net import Net
 from .._node import Node
+from .._port import forget_messages
 from .._ports import Input
 from .._state import cpu_copy
 from .._timer import RealTimeTimer, Timer
@@ -63,6 +64,7 @@ def start(
     remote = [node for nodes_ in placement.groups.values() for node in nodes_]
     try:
         _claim(remote, engine)
+        forget_messages(nodes)
         processes.spawn(workers, virtual=engine.virtual, scale=_scale(timer))
         if restore is None:
             processes.start(None)
