@@ -1589,6 +1589,48 @@ def test_state_keeps_a_pending_delayed_update() -> None:
     assert idle2.starts() == [0.0]  # nothing pending: its restored message wakes nothing
 
 
+# --- the host sees whole instants -----------------------------------------------------------
+
+
+class RelayChain(Net):
+    """source -> r1 -> r2 -> r3: a periodic counter and three triggered relays, which run at
+    the microsteps 1, 2 and 3 of the counter's instant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.source = Counter()
+        self.r1, self.r2, self.r3 = Relay(), Relay(), Relay()
+        self.connect(self.source.out, self.r1.x)
+        self.connect(self.r1.y, self.r2.x)
+        self.connect(self.r2.y, self.r3.x)
+
+
+@pytest.mark.rule("trigger.tags", "trigger.state")
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("predicate", [True, False], ids=["predicate", "latest"])
+def test_wait_for_returns_after_the_whole_instant(workers: int, predicate: bool) -> None:
+    """> every update at one tag ends before any update of the next tag starts ... a host call
+    > that runs the updates of time `t` returns after the last tag at `t`
+
+    and "the host never sees an instant half done". Defect 14 of issue 23: `wait_for(r1.y)`
+    returned after the tag (0.125, 1), before r2 and r3 ran at (0.125, 2) and (0.125, 3):
+    `run.read(r2.y)` was None and the state tree held r2's pending trigger. As `run.sleep`
+    and a `wait_for` that times out do, it returns once the instant is whole."""
+    net = RelayChain()
+    with mujou.run(net, timer=vt(), workers=workers) as run:
+        found = run.wait_for(net.r1.y, first_is(2.0) if predicate else None, timeout=1.0)
+        assert _value(found) == 2.0 and run.time == 0.125
+        assert _value(run.read(net.r2.y)) == 3.0
+        assert _value(run.read(net.r3.y)) == 4.0
+        tree = run.state_dict()
+        nodes = tree["@mujou"]["nodes"]
+        assert [nodes[name]["trigger"] for name in ("r1", "r2", "r3")] == [None, None, None]
+        # The next instant's chain, the same way (the latest message is looked at first).
+        found = run.wait_for(net.r1.y, first_is(3.0), timeout=1.0)
+        assert _value(found) == 3.0 and run.time == 0.25
+        assert _value(run.read(net.r3.y)) == 5.0
+
+
 # --- trigger.coalesce and trigger.min-interval under the real-time timer --------------------
 
 
