@@ -1620,15 +1620,15 @@ def test_wait_for_returns_after_the_whole_instant(workers: int, predicate: bool)
     with mujou.run(net, timer=vt(), workers=workers) as run:
         found = run.wait_for(net.r1.y, first_is(2.0) if predicate else None, timeout=1.0)
         assert _value(found) == 2.0 and run.time == 0.125
-        assert _value(run.read(net.r2.y)) == 3.0
-        assert _value(run.read(net.r3.y)) == 4.0
+        r2, r3 = run.read(net.r2.y), run.read(net.r3.y)
+        assert _value(r2) == 3.0 and _value(r3) == 4.0
         tree = run.state_dict()
         nodes = tree["@mujou"]["nodes"]
         assert [nodes[name]["trigger"] for name in ("r1", "r2", "r3")] == [None, None, None]
         # The next instant's chain, the same way (the latest message is looked at first).
         found = run.wait_for(net.r1.y, first_is(3.0), timeout=1.0)
-        assert _value(found) == 3.0 and run.time == 0.25
-        assert _value(run.read(net.r3.y)) == 5.0
+        r3 = run.read(net.r3.y)
+        assert _value(found) == 3.0 and run.time == 0.25 and _value(r3) == 5.0
 
 
 # --- trigger.coalesce and trigger.min-interval under the real-time timer --------------------
