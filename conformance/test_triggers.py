@@ -1727,3 +1727,48 @@ def test_real_time_a_periodic_update_reads_an_arrival_and_makes_no_extra_update(
             continue
         assert seen["x"][1], ("an update that took no periodic slot saw nothing fresh", records)
     assert [seen["x"][1] for _, _, seen in records].count(True) == 1, records
+
+
+class HeldFusion(TwoIn):
+    """``on_all("a", "b", timeout=30)``: its first update (both inputs written) waits for the
+    host (``started``, ``release``)."""
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on_all("a", "b", timeout=30.0))
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    state_exclude: ClassVar[tuple[str, ...]] = ("log", "started", "release")
+
+    def react(self) -> None:
+        if len(self.records) == 1:
+            self.started.set()
+            assert self.release.wait(HANG_GUARD)
+
+
+@pytest.mark.rule("trigger.due", "trigger.all-timeout", "trigger.state")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_real_time_two_arrivals_during_an_update_the_first_one_counts(workers: int) -> None:
+    """> When the condition comes to hold at timer time `s` (... for a timeout the first
+    > arrival's time plus `timeout`) ... When the node already has an earlier due time (...
+    > an earlier trigger not yet run), that one stands.
+
+    Two arrivals on ``a`` while the node's update runs, the second at least 0.01 s of the
+    timer after the first: its next update is due 30 s after the first of them, which the
+    state tree shows before it runs (issue 28, mutant T06: a later arrival replaced the
+    earlier due time). The bounds are the timer's own readings around each write."""
+    node = HeldFusion()
+    with mujou.run(Bag(node=node), timer=mujou.RealTimeTimer(), workers=workers) as run:
+        run.write(node.a, one(1.0))
+        run.write(node.b, one(1.0))
+        assert node.started.wait(HANG_GUARD)
+        before = run.time
+        run.write(node.a, one(2.0))
+        after = run.time
+        run.sleep(0.01)
+        later = run.time
+        run.write(node.a, one(3.0))
+        node.release.set()
+        due = run.state_dict()["@mujou"]["nodes"]["node"]["trigger"]
+    assert after < later
+    assert before + 30.0 <= due <= after + 30.0, (before, after, later, due)

@@ -763,3 +763,66 @@ def test_a_pause_puts_back_a_held_batch(workers: int) -> None:
     assert check(policy) == []
     jobs = policy.take_states()
     assert [job.kind for _, job in jobs] == [STATE]
+
+
+@pytest.mark.rule("threads.earliest-due-first", "trigger.real-time")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_no_hand_off_past_an_update_due_at_the_same_time(workers: int) -> None:
+    """> A free worker takes ... the update due earliest, equal due times in registration
+    order; the worker that runs the sending update runs the triggered one next "when nothing
+    else is due before it" — nor at the same time: node 1 (registered first) is due at 0.0102
+    by the host's write when node 0's send makes node 2 due then too; node 2 goes to the queue
+    and runs after node 1, not handed off ahead of it (issue 28, mutant P08)."""
+    slots = [triggered_slot(0, 0.01), triggered_slot(1, 0.05), triggered_slot(2, math.inf)]
+    connect(slots[0], slots[2])
+    wire(slots)
+    policy = started_policy(slots, workers)
+    kind, batch = policy.next_for_worker(0, 0.01, 0.0)
+    assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]
+    begin_update(slots[batch.todo.pop()], 0.01, False)
+    write(policy, slots[1], 0.0102, 1.0)
+    send(policy, slots[0], 0.0102, 2.0)
+    assert batch.todo == [] and slots[1].due == slots[2].due == 0.0102
+    batch.ran.append(slots[0])
+    assert check(policy, []) == []
+    kind, taken = policy.next_for_worker(0, 0.0102, 0.0)
+    assert kind == RUN and isinstance(taken, Batch)
+    order = [taken.todo.pop() for _ in range(len(taken.todo))]  # as the worker pops them
+    assert order == [1, 2]
+
+
+@pytest.mark.rule("sched.virtual-failure")
+def test_of_the_failures_of_an_instant_the_earliest_registered_is_the_error() -> None:
+    """> of several failures at `t`, the run's error is that of the node registered first
+
+    Whatever order they failed in: node 1 fails first, then node 0, in one instant of the
+    virtual timer; the run stops at the instant's end with node 0's error (issue 28, mutant
+    P12: the first failure kept)."""
+    slots = [triggered_slot(0, 0.01), triggered_slot(1, 0.01)]
+    wire(slots)
+    policy = Policy(slots, 2, virtual=True, scale=1.0, gil=False)
+    for slot in slots:
+        slot.started = True
+    policy.start_timer()
+    policy.start_instant()
+    policy.delivered()
+    kind, batch = policy.next_for_worker(0, 0.01, 0.0)
+    assert kind == RUN and isinstance(batch, Batch) and batch.shared
+    first = slots[batch.todo.pop()]
+    kind, other = policy.next_for_worker(1, 0.01, 0.0)
+    assert kind == RUN and isinstance(other, Batch)
+    second = slots[other.todo.pop()]
+    assert (first.index, second.index) == (0, 1)
+    errors = {slot.index: RuntimeError(f"{slot.name} failed") for slot in slots}
+    for slot, holder_batch in ((second, other), (first, batch)):  # the later registered first
+        begin_update(slot, 0.01, False)
+        slot.hook = "on_update"
+        holder_batch.ran.append(slot)
+        policy.fail(slot, errors[slot.index])
+        policy.update_failed(holder_batch)
+    assert (policy.error, policy.stopping) == (None, False)  # the instant's updates run first
+    for w in (0, 1):
+        policy.next_for_worker(w, 0.01, 0.0)
+    assert policy.quiescent(0.01)
+    assert policy.end_instant() and policy.stopping
+    assert policy.error is errors[0]
