@@ -124,6 +124,48 @@ def test_fixed_rate_virtual() -> None:
     assert net.q.dts == [3 / 128] * 128
 
 
+class Tenths(Node):
+    """Every 0.1 s of timer time, sends a message (its stamp is the update's start)."""
+
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.1, seed=0)
+
+    def on_update(self, dt: float) -> None:
+        self.y.send(torch.zeros(1))
+
+
+class Stamps(Node):
+    """Triggered by ``x``; notes the stamp of each message it reads: its sender's start."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+        self.stamps: list[float | None] = []
+
+    def on_update(self, dt: float) -> None:
+        self.stamps.append(self.x.stamp)
+
+
+@pytest.mark.rule("sched.first-due", "sched.fixed-rate")
+def test_due_times_are_products_never_sums_of_periods() -> None:
+    """> The due time of its k-th update is computed as the one product `k * period` of timer
+    > time (a Python float), not as a sum of periods, so that rounding never accumulates
+
+    With `period=0.1` (not a binary fraction) the starts, read exactly as the stamps of the
+    node's messages, are `k * 0.1`; a sum of periods drifts from the tenth on (0.9999999999999999),
+    so the tenth update would run within a sleep to just before 1.0."""
+    net = Bag(tenths=Tenths(), stamps=Stamps())
+    net.connect(net.tenths.y, net.stamps.x)  # type: ignore[attr-defined]
+    with mujou.run(net, timer=mujou.VirtualTimer()) as run:
+        run.sleep(math.nextafter(1.0, 0.0))
+        assert run.stats().nodes["tenths"].updates == 9
+        run.sleep(5.0 - run.time)
+    assert net.stamps.stamps == [k * 0.1 for k in range(1, 51)]  # type: ignore[attr-defined]
+
+
 class SelfBlocker(Node):
     """Its first updates each stop until the host lets them go on; records its dt's."""
 

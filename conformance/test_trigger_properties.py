@@ -629,14 +629,40 @@ def hold() -> None:
     time.sleep(0.0002)
 
 
+def next_slot(start: float, slot: int, period: float | None) -> int | None:
+    """The number of the node's next periodic slot after an update that started at ``start``
+    (its running sum of ``dt``) with ``slot`` next, or None when that update took no slot: it
+    started before the slot's due time ``slot * period`` (sched.fixed-rate), so a trigger
+    made it (trigger.periodic-and-triggered). Past slots are skipped (sched.skip).
+
+    The running sum of ``dt`` is the start up to rounding (about 1e-16 here): within
+    ``SLOT_SLACK`` of a slot's due time an update counts as periodic, which only leaves it
+    unchecked."""
+    if period is None or start < slot * period - SLOT_SLACK:
+        return None
+    following = slot + 1
+    while following * period < start - SLOT_SLACK:
+        following += 1
+    return following
+
+
+SLOT_SLACK = 1e-12
+
+
 class Guarded(Node):
     """Checks in each hook, with a lock it tries without blocking, that no other hook of
-    this node runs meanwhile; counts its updates and sends the count."""
+    this node runs meanwhile; counts its updates and sends the count.
+
+    Checks also that each update that took no periodic slot (a triggered one) saw an arrival
+    on its trigger's inputs (trigger.coalesce: arrivals before an update make that one update,
+    never a second one that sees nothing fresh; trigger.any, trigger.all, trigger.all-timeout)
+    and started ``min_interval`` or more after the previous one by its own ``dt``
+    (trigger.min-interval). Neither depends on how the machine schedules the threads."""
 
     a = Input(optional=True)
     b = Input(optional=True)
     y = Output()
-    state_exclude: ClassVar[tuple[str, ...]] = ("violations", "inside", "updated")
+    state_exclude: ClassVar[tuple[str, ...]] = ("violations", "inside", "updated", "spec")
 
     def __init__(self, spec: CellSpec) -> None:
         super().__init__(**spec.node_arguments())
@@ -644,6 +670,25 @@ class Guarded(Node):
         self.violations: list[str] = []
         self.count = 0
         self.updated = threading.Event()
+        self.spec = spec
+        self.t = 0.0  # the start of the update running, by the running sum of dt
+        self.slot = 1  # the number of the next periodic slot
+
+    def _check_trigger(self, dt: float) -> None:
+        spec = self.spec
+        self.t += dt
+        slot = next_slot(self.t, self.slot, spec.period)
+        if slot is not None:
+            self.slot = slot
+            return
+        fresh = [getattr(self, name).fresh for name in spec.trigger]
+        needed = all(fresh) if spec.all and spec.timeout is None else any(fresh)
+        if not needed:
+            self.violations.append(
+                f"a triggered update at {self.t} saw {dict(zip(spec.trigger, fresh, strict=True))}"
+            )
+        if dt < spec.min_interval - 1e-9:
+            self.violations.append(f"a triggered update at {self.t} came {dt} after the previous")
 
     def _enter(self, hook: str) -> bool:
         if self.inside.acquire(blocking=False):
@@ -665,6 +710,7 @@ class Guarded(Node):
     def on_update(self, dt: float) -> None:
         entered = self._enter("on_update")
         try:
+            self._check_trigger(dt)
             self.a.read()
             self.b.read()
             self.count += 1
@@ -725,23 +771,27 @@ def exceeds(seen: torch.Tensor, count: torch.Tensor) -> bool:
     return bool(count > seen)
 
 
-@pytest.mark.rule("threads.hooks-exclusive")
+@pytest.mark.rule("threads.hooks-exclusive", "trigger.coalesce", "trigger.min-interval")
+@pytest.mark.parametrize("workers", [1, 2])
 @settings(PROPERTIES, max_examples=10)
-@given(real_time_nets())
-def test_the_hooks_of_a_triggered_node_never_overlap(cells: tuple[CellSpec, ...]) -> None:
+@given(cells=real_time_nets())
+def test_the_hooks_of_a_triggered_node_never_overlap(workers: int, cells: tuple[CellSpec, ...]) -> None:
     """> The hooks of a node never run at the same time, and each sees what the previous one
     > wrote. Which worker runs a node may change from one hook to the next.
 
-    Under the real-time timer with 2 workers, where a send wakes its triggered readers at once
-    (trigger.real-time) while their previous update may still run, and the host takes the
-    state in between."""
+    Under the real-time timer with 1 and 2 workers, where a send wakes its triggered readers
+    at once (trigger.real-time) while their previous update may still run, hands them off to
+    the sending worker, or finds them in a kept batch, and the host takes the state in
+    between. And each triggered update saw an arrival and kept its ``min_interval``
+    (``Guarded``): the arrivals before an update make that one update, never a second one
+    after it (trigger.coalesce)."""
     nodes = [Guarded(spec) for spec in cells]
     net = Bag(**{f"n{i}": node for i, node in enumerate(nodes)})
     for node, spec in zip(nodes, cells, strict=True):
         for name, source in zip(("a", "b"), spec.sources, strict=True):
             if isinstance(source, int):
                 net.connect(nodes[source].y, getattr(node, name))
-    with hang_guard(HANG_GUARD), mujou.run(net, timer=mujou.RealTimeTimer(), workers=2) as run:
+    with hang_guard(HANG_GUARD), mujou.run(net, timer=mujou.RealTimeTimer(), workers=workers) as run:
         for node in nodes:  # each node ran a few times, a triggered one on its source's sends
             run.wait_for(node.y, lambda count: bool(count >= 3), timeout=HANG_GUARD / 2)
         run.state_dict()

@@ -1587,3 +1587,188 @@ def test_state_keeps_a_pending_delayed_update() -> None:
         run.sleep(1.0)
     assert delayed2.records == [(1.125, 1.125, {"x": (1.0, True, 0.875)})]
     assert idle2.starts() == [0.0]  # nothing pending: its restored message wakes nothing
+
+
+# --- the host sees whole instants -----------------------------------------------------------
+
+
+class RelayChain(Net):
+    """source -> r1 -> r2 -> r3: a periodic counter and three triggered relays, which run at
+    the microsteps 1, 2 and 3 of the counter's instant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.source = Counter()
+        self.r1, self.r2, self.r3 = Relay(), Relay(), Relay()
+        self.connect(self.source.out, self.r1.x)
+        self.connect(self.r1.y, self.r2.x)
+        self.connect(self.r2.y, self.r3.x)
+
+
+@pytest.mark.rule("trigger.tags", "trigger.state")
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("predicate", [True, False], ids=["predicate", "latest"])
+def test_wait_for_returns_after_the_whole_instant(workers: int, predicate: bool) -> None:
+    """> every update at one tag ends before any update of the next tag starts ... a host call
+    > that runs the updates of time `t` returns after the last tag at `t`
+
+    and "the host never sees an instant half done". Defect 14 of issue 23: `wait_for(r1.y)`
+    returned after the tag (0.125, 1), before r2 and r3 ran at (0.125, 2) and (0.125, 3):
+    `run.read(r2.y)` was None and the state tree held r2's pending trigger. As `run.sleep`
+    and a `wait_for` that times out do, it returns once the instant is whole."""
+    net = RelayChain()
+    with mujou.run(net, timer=vt(), workers=workers) as run:
+        found = run.wait_for(net.r1.y, first_is(2.0) if predicate else None, timeout=1.0)
+        assert _value(found) == 2.0 and run.time == 0.125
+        r2, r3 = run.read(net.r2.y), run.read(net.r3.y)
+        assert _value(r2) == 3.0 and _value(r3) == 4.0
+        tree = run.state_dict()
+        nodes = tree["@mujou"]["nodes"]
+        assert [nodes[name]["trigger"] for name in ("r1", "r2", "r3")] == [None, None, None]
+        # The next instant's chain, the same way (the latest message is looked at first).
+        found = run.wait_for(net.r1.y, first_is(3.0), timeout=1.0)
+        r3 = run.read(net.r3.y)
+        assert _value(found) == 3.0 and run.time == 0.25 and _value(r3) == 5.0
+
+
+# --- trigger.coalesce and trigger.min-interval under the real-time timer --------------------
+
+
+class SendsTwice(Node):
+    """Periodic; each update sends its count twice on ``y``: 2k - 1, then 2k."""
+
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.1, seed=0)
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        for _ in range(2):
+            self.count += 1
+            self.y.send(one(float(self.count)))
+
+
+@pytest.mark.rule("trigger.coalesce", "trigger.min-interval")
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("min_interval", [0.0, 0.05])
+def test_real_time_arrivals_before_an_update_make_that_one_update(workers: int, min_interval: float) -> None:
+    """> all the arrivals on a node's inputs before one of its updates starts make that one
+    > update, which reads the latest message of each input
+
+    Defect 6 of issue 23: a send hands the reader off to the sending worker, and the second
+    send of the same update came while the reader was in that worker's batch, not begun; the
+    due time it made was applied after the update that read it, which ran the reader again
+    with nothing fresh, ``min_interval`` or not. Every reader update must see ``x`` fresh
+    and start ``min_interval`` or more after the previous one (its own ``dt``); with one
+    worker nothing can run the reader between the two sends, so each reader update reads the
+    second message of a source update."""
+    net = Bag(source=SendsTwice(), reader=Relay(min_interval=min_interval))
+    net.connect(net.source.y, net.reader.x)  # type: ignore[attr-defined]
+    with mujou.run(net, timer=mujou.RealTimeTimer(), workers=workers) as run:
+        run.wait_for(net.reader.y, lambda m: bool(m.reshape(-1)[0] >= 13), timeout=HANG_GUARD)  # type: ignore[attr-defined]
+    records = net.reader.records  # type: ignore[attr-defined]
+    sends = net.source.count  # type: ignore[attr-defined]
+    assert records and all(seen["x"][1] for _, _, seen in records), records
+    assert all(dt >= min_interval - 1e-9 for _, dt, _ in records), records
+    assert len(records) <= sends
+    if workers == 1:
+        assert len(records) <= sends // 2
+        assert all(seen["x"][0] is not None and seen["x"][0] % 2 == 0 for _, _, seen in records), records
+
+
+class Holds(OnX):
+    """Periodic every 0.1 s and triggered by ``x`` with a delay of 0.12 s; its first update
+    waits for the host (``started``, ``release``)."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.1, delay=0.12)
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    state_exclude: ClassVar[tuple[str, ...]] = ("log", "started", "release")
+
+    def react(self) -> None:
+        if len(self.records) == 1:
+            self.started.set()
+            assert self.release.wait(HANG_GUARD)
+
+
+@pytest.mark.rule("trigger.periodic-and-triggered", "trigger.coalesce")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_real_time_a_periodic_update_reads_an_arrival_and_makes_no_extra_update(workers: int) -> None:
+    """> A periodic update also counts as the node's previous update for the condition: a
+    > command that arrives just before a periodic update is read by it and makes no extra
+    > update.
+
+    Defect 7 of issue 23: the host writes during the node's first update (at 0.1), which
+    makes it due at 0.1 + 0.12, after its periodic update at 0.2; that update reads the
+    message. With one worker the kept batch kept the trigger, and the node ran again at
+    about 0.22 with nothing fresh. Every update that took no periodic slot (by the node's
+    own start times, the running sum of its ``dt``) must have seen ``x`` fresh, and exactly
+    one update sees it."""
+    node = Holds()
+    net = Bag(node=node)
+    with mujou.run(net, timer=mujou.RealTimeTimer(), workers=workers) as run:
+        assert node.started.wait(HANG_GUARD)
+        run.write(node.x, one(1.0))
+        node.release.set()
+        deadline = run.time + HANG_GUARD
+        while len(node.records) < 5 and run.time < deadline:
+            run.sleep(0.05)
+    records = node.records[:5]
+    assert len(records) == 5
+    slot = 1
+    for start, _, seen in records:
+        if start >= slot * 0.1 - 1e-12:  # a periodic update: the first slot at or after it is next
+            slot = max(slot + 1, math.ceil(start / 0.1 - 1e-9))
+            while slot * 0.1 < start:
+                slot += 1
+            continue
+        assert seen["x"][1], ("an update that took no periodic slot saw nothing fresh", records)
+    assert [seen["x"][1] for _, _, seen in records].count(True) == 1, records
+
+
+class HeldFusion(TwoIn):
+    """``on_all("a", "b", timeout=30)``: its first update (both inputs written) waits for the
+    host (``started``, ``release``)."""
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on_all("a", "b", timeout=30.0))
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    state_exclude: ClassVar[tuple[str, ...]] = ("log", "started", "release")
+
+    def react(self) -> None:
+        if len(self.records) == 1:
+            self.started.set()
+            assert self.release.wait(HANG_GUARD)
+
+
+@pytest.mark.rule("trigger.due", "trigger.all-timeout", "trigger.state")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_real_time_two_arrivals_during_an_update_the_first_one_counts(workers: int) -> None:
+    """> When the condition comes to hold at timer time `s` (... for a timeout the first
+    > arrival's time plus `timeout`) ... When the node already has an earlier due time (...
+    > an earlier trigger not yet run), that one stands.
+
+    Two arrivals on ``a`` while the node's update runs, the second at least 0.01 s of the
+    timer after the first: its next update is due 30 s after the first of them, which the
+    state tree shows before it runs (issue 28, mutant T06: a later arrival replaced the
+    earlier due time). The bounds are the timer's own readings around each write."""
+    node = HeldFusion()
+    with mujou.run(Bag(node=node), timer=mujou.RealTimeTimer(), workers=workers) as run:
+        run.write(node.a, one(1.0))
+        run.write(node.b, one(1.0))
+        assert node.started.wait(HANG_GUARD)
+        before = run.time
+        run.write(node.a, one(2.0))
+        after = run.time
+        run.sleep(0.01)
+        later = run.time
+        run.write(node.a, one(3.0))
+        node.release.set()
+        due = run.state_dict()["@mujou"]["nodes"]["node"]["trigger"]
+    assert after < later
+    assert before + 30.0 <= due <= after + 30.0, (before, after, later, due)

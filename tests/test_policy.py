@@ -20,12 +20,14 @@ from typing import Any, cast
 import pytest
 import torch
 
-from mujou._engine._arrivals import arrive
+import mujou
+from mujou._engine._arrivals import arrived, wire
 from mujou._engine._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
 from mujou._engine._slot import START, STATE, Job, Slot, begin_update
+from mujou._ports import Input, Output
 
 STEPS = 3000  # steps of one random run before the stop
 
@@ -46,6 +48,58 @@ def make_slots(rng: random.Random, count: int, dedicated: float) -> list[Slot]:
         node = SimpleNamespace(name=f"n{index}")
         slots.append(Slot(cast(Any, node), cast(Any, core), index))
     return slots
+
+
+def triggered_slot(
+    index: int, period: float, *, delay: float = 0.0, min_interval: float = 0.0, dedicated: bool = False
+) -> Slot:
+    """A node with real ports, as a run has them: an output ``y`` and an input ``x`` that its
+    trigger ``on("x")`` names (``connect`` gives ``x`` a source; else the host writes it)."""
+    x: Input[Any] = Input(optional=True)
+    y: Output[Any] = Output()
+    core = SimpleNamespace(
+        period=period,
+        dedicated=dedicated,
+        device=torch.device("cpu"),
+        ports={"x": x, "y": y},
+        trigger=mujou.on("x"),
+        min_interval=min_interval,
+        delay=delay,
+    )
+    node = SimpleNamespace(name=f"n{index}")
+    slot = Slot(cast(Any, node), cast(Any, core), index)
+    x._begin_run(slot)
+    return slot
+
+
+def connect(source: Slot, reader: Slot) -> None:
+    """``source``'s output ``y`` feeds ``reader``'s input ``x``."""
+    x, y = reader.core.ports["x"], source.core.ports["y"]
+    assert isinstance(x, Input) and isinstance(y, Output)
+    x._source = y
+
+
+def send(policy: Policy, by: Slot, now: float, message: float) -> None:
+    """``by``'s update sends ``message`` on ``y`` under the real-time timer: what ``Output.send``
+    does (publish, then the engine's ``arrived`` with the lock held)."""
+    port = by.core.ports["y"]
+    port._publish(torch.tensor(message), 0, None, by.last)
+    if port._wakes:
+        arrived(policy, port, now, by)
+
+
+def write(policy: Policy, slot: Slot, now: float, message: float) -> None:
+    """The host writes ``message`` on ``slot``'s input ``x`` (``run.write``)."""
+    port = slot.core.ports["x"]
+    assert isinstance(port, Input)
+    port._write(torch.tensor(message), None, now)
+    if port._wakes:
+        arrived(policy, port, now)
+
+
+def fresh(slot: Slot) -> bool:
+    """Whether ``slot``'s next update finds an arrival on its trigger's input."""
+    return any(port._fresh_next() for port in slot.trigger_inputs)
 
 
 @dataclass
@@ -73,8 +127,17 @@ class World:
         self, seed: int, *, virtual: bool, workers: int, gil: bool, send_rate: float | None = None
     ) -> None:
         self.rng = random.Random(seed)
-        self.slots = make_slots(self.rng, self.rng.randint(1, 8), 0.3)
         self.virtual = virtual
+        # Triggers: an update sends on its output now and then, once or twice, which wakes the
+        # nodes whose input it feeds (at once, or after a delay or min_interval), through the
+        # engine's own arrivals (_arrivals.arrived: fresh bits, noted times, the policy's
+        # arrival); some nodes have no period, and the host writes the inputs of those no
+        # node feeds. Under the virtual timer a send is visible, and arrives, once the instant
+        # is over (the engine's commit).
+        self.send_rate = self.rng.choice([0.0, 0.0, 0.1, 0.5]) if send_rate is None else send_rate
+        self.slots = self._make_slots(self.rng.randint(1, 8))
+        self.staged: list[tuple[Output[Any], torch.Tensor, float]] = []
+        self.sent = 0.0  # the last message sent or written: each is the next number
         self.policy = Policy(self.slots, workers, virtual=virtual, scale=1.0, gil=gil)
         self.now = 0.0
         self.real = 1000.0  # perf_counter's time, for the GIL's hold-back
@@ -83,20 +146,12 @@ class World:
             if self.policy.gil is not None:
                 self.policy.gil.cpu_of = lambda w: self.real * rates[w]
         self.threads = [Thread(f"w{w}", worker=w) for w in range(workers)]
+        self.triggered = 0  # triggered updates checked
         self.threads += [Thread(f"d{slot.index}", slot=slot) for slot in self.policy.dedicated]
         self.parked_workers: list[Thread] = []  # the order workers parked in, the latest last
         self.fail_rate = self.rng.choice([0.0, 0.0, 0.01])
         self.crash_rate = self.rng.choice([0.0, 0.0, 0.002])  # Mujou's own code raising on a thread
         self.crashed: set[str] = set()
-        # Triggers: an update sends to a random node now and then, waking it (at once, or
-        # after a delay); some nodes have no period. Under the virtual timer a send is
-        # visible, and triggers, once the instant is over (the engine's commit).
-        self.send_rate = self.rng.choice([0.0, 0.0, 0.1, 0.5]) if send_rate is None else send_rate
-        self.staged: list[tuple[Slot, float]] = []
-        if self.send_rate:
-            for slot in self.slots[1:]:  # the first keeps its period: something happens
-                if self.rng.random() < 0.3:
-                    slot.period = math.inf
         self.started = False
         self.collecting = False
         self.steps = 0
@@ -162,22 +217,72 @@ class World:
         assert thread.slot is not None
         return self.policy.dedicated_holder(thread.slot)
 
+    def _make_slots(self, count: int) -> list[Slot]:
+        """``count`` nodes with real ports; each one's ``x`` is fed by a node before it or by
+        the host (so no cycle of undelayed triggers forms: trigger.cycle), or under the
+        real-time timer by any node when a delay or min_interval breaks the cycle."""
+        rng, slots = self.rng, []
+        for index in range(count):
+            periods = [0.01, 0.02, 0.03, 0.05] + ([math.inf] if index and self.send_rate else [])
+            slots.append(
+                triggered_slot(
+                    index,
+                    rng.choice(periods),
+                    delay=rng.choice([0.0, 0.0, 0.005]),
+                    min_interval=rng.choice([0.0, 0.0, 0.01]),
+                    dedicated=rng.random() < 0.3,
+                )
+            )
+        for reader in slots:
+            delayed = reader.delay > 0.0 or reader.min_interval > 0.0
+            sources = slots[: reader.index] if self.virtual or not delayed else slots
+            if sources and rng.random() < 0.8:
+                connect(rng.choice(sources), reader)
+        wire(slots)
+        return slots
+
     def send(self, by: Slot) -> None:
-        """The update of ``by`` sends to a random node that a trigger wakes."""
+        """The update of ``by`` sends on its output: once or twice (two arrivals before the
+        reader's update, which must make one update: trigger.coalesce)."""
         if self.rng.random() >= self.send_rate:
             return
-        target = self.rng.choice(self.slots)
-        delay = self.rng.choice([0.0, 0.0, 0.005])
-        if self.virtual:
-            self.staged.append((target, delay))
-        else:  # the sender is named for a trigger due now, as _arrivals.arrive does
-            self.policy.trigger(target, self.now + delay, by if delay == 0.0 else None)
+        for _ in range(self.rng.choice([1, 1, 2])):
+            self.sent += 1.0
+            if self.virtual:
+                port = by.core.ports["y"]
+                assert isinstance(port, Output)
+                self.staged.append((port, torch.tensor(self.sent), by.last))
+            else:
+                send(self.policy, by, self.now, self.sent)
 
     def commit(self) -> None:
-        """Virtual timer, the instant over: the staged sends trigger their readers."""
+        """Virtual timer, the instant over: the staged sends are published, then arrive, as the
+        engine's ``_commit`` does."""
         staged, self.staged = self.staged, []
-        for target, delay in staged:
-            self.policy.trigger(target, self.now + delay)
+        woken: list[Output[Any]] = []
+        for port, message, stamp in staged:
+            port._publish(message, 0, None, stamp)
+            if port._wakes and port not in woken:
+                woken.append(port)
+        for port in woken:
+            arrived(self.policy, port, self.now)
+
+    def begin(self, slot: Slot, start: float) -> None:
+        """``slot``'s update begins at ``start``: check the trigger's rules, then begin it.
+
+        An update ahead of its periodic slot is a triggered one (as ``begin_update`` tells):
+        an arrival made it, which it sees fresh (trigger.coalesce: the arrivals before an
+        update make that one update, never a second that sees nothing), and it starts
+        ``min_interval`` or more after the previous one (trigger.min-interval)."""
+        periodic = slot.slot * slot.period
+        if slot.due < periodic and start < periodic:
+            self.triggered += 1
+            assert fresh(slot), (self.steps, f"{slot.name} triggered at {start} with nothing fresh")
+            assert start >= slot.last + slot.min_interval - 1e-12, (
+                self.steps,
+                f"{slot.name} triggered at {start}, {start - slot.last} after the previous",
+            )
+        begin_update(slot, start, False)
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -257,7 +362,7 @@ class World:
                 thread.state, thread.batch = "ready", None
             return
         slot = self.slots[thread.current]
-        begin_update(slot, thread.start, False)
+        self.begin(slot, thread.start if not batch.ran else self.now)
         if not self.virtual and self.rng.random() < 0.2:  # the hook took a while
             self.now += 0.0007
             self.real += 0.0007
@@ -288,7 +393,7 @@ class World:
             else:
                 self._sleep(thread, kind, arg)
         elif thread.state == "update":
-            begin_update(slot, thread.start, False)
+            self.begin(slot, thread.start)
             self.send(slot)
             if self.rng.random() < self.fail_rate:
                 slot.hook = "on_update"
@@ -362,9 +467,12 @@ class World:
                     thread.state, thread.batch, thread.start = "batch", kept, self.now
             return True
         if policy.running and not policy.stopping and not policy.paused:
-            # Nothing is due (every node triggered only): the host writes an input, which
-            # wakes its node at once (the engine's arrived, under the lock, between instants).
-            policy.trigger(self.rng.choice(self.slots), self.now)
+            # Nothing is due (every node triggered only): the host writes an input no node
+            # feeds (node 0's at least), which wakes its node (the engine's arrived, under the
+            # lock, between instants).
+            fed = [slot for slot in self.slots if cast(Input[Any], slot.core.ports["x"])._source is None]
+            self.sent += 1.0
+            write(policy, self.rng.choice(fed), self.now, self.sent)
             return True
         return False
 
@@ -552,11 +660,15 @@ def test_start_jobs_queued_once_stopping_are_dropped(workers: int) -> None:
     assert check(policy) == []
 
 
-def hand_off_policy(workers: int) -> tuple[Policy, list[Slot], Batch]:
-    """Node 0 periodic, node 1 triggered only, node 2 periodic and due later; worker 0 runs
-    node 0's update at 0.01."""
-    slots = make_slots(random.Random(1), 3, 0.0)
-    slots[0].period, slots[1].period, slots[2].period = 0.01, math.inf, 0.05
+def hand_off_policy(
+    workers: int, *, fed: bool = True, delay: float = 0.0
+) -> tuple[Policy, list[Slot], Batch]:
+    """Node 0 periodic, node 1 triggered only (fed by node 0, or by the host), node 2 periodic
+    and due later (fed by the host); worker 0 runs node 0's update at 0.01."""
+    slots = [triggered_slot(0, 0.01), triggered_slot(1, math.inf, delay=delay), triggered_slot(2, 0.05)]
+    if fed:
+        connect(slots[0], slots[1])
+    wire(slots)
     policy = started_policy(slots, workers)
     kind, batch = policy.next_for_worker(0, 0.01, 0.0)
     assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]
@@ -568,7 +680,7 @@ def test_the_sending_worker_runs_what_its_send_triggered_next() -> None:
     """NOTE [ handing off ]: the update node 0 sends in triggers node 1, which the worker runs
     next, in the same batch; a pause first puts it back at its own due time."""
     policy, slots, batch = hand_off_policy(1)
-    policy.trigger(slots[1], 0.0102, slots[0])
+    send(policy, slots[0], 0.0102, 1.0)
     assert batch.todo == [1] and policy.holder[1] == 1 and policy.busy == 2
     assert not policy.wake and not batch.shared and check(policy, [(1, 0)]) == []
     batch.ran.append(slots[0])
@@ -588,7 +700,7 @@ def test_another_worker_takes_a_handed_off_node_while_the_sender_is_in_its_hook(
     kind, _ = policy.next_for_worker(1, 0.0101, 0.0)
     assert kind == SLEEP  # until node 2, at 0.05
     policy.delivered()
-    policy.trigger(slots[1], 0.0102, slots[0])
+    send(policy, slots[0], 0.0102, 1.0)
     assert batch.todo == [1] and batch.shared and policy.wake and policy.wake_worker == 1
     assert check(policy, [(1, 0)]) == []
     kind, taken = policy.next_for_worker(1, 0.0103, 0.0)
@@ -602,9 +714,9 @@ def test_a_handed_off_node_waits_for_what_is_due_before_it() -> None:
     one (a trigger of the host's) is taken first by the other worker, though the batch it
     is in was due earlier still."""
     policy, slots, batch = hand_off_policy(2)
-    policy.trigger(slots[1], 0.0102, slots[0])
+    send(policy, slots[0], 0.0102, 1.0)
     assert batch.todo == [1] and batch.shared
-    policy.trigger(slots[2], 0.0101)  # node 2, due at 0.05, is wanted at 0.0101 now
+    write(policy, slots[2], 0.0101, 5.0)  # node 2, due at 0.05, is wanted at 0.0101 now
     kind, taken = policy.next_for_worker(1, 0.0103, 0.0)
     assert kind == RUN and isinstance(taken, Batch) and taken.todo == [2] and taken.due == 0.0101
     assert batch.todo == [1]
@@ -615,18 +727,17 @@ def test_a_handed_off_node_waits_for_what_is_due_before_it() -> None:
 def test_a_trigger_is_queued_when_the_sender_cannot_take_it(case: str) -> None:
     """With a delay, an earlier update in the queue, or the host's write, the triggered node
     goes to the queue, as it did before the hand-off."""
-    policy, slots, batch = hand_off_policy(1)
+    policy, slots, batch = hand_off_policy(1, fed=case != "host", delay=0.005 if case == "delay" else 0.0)
     if case == "earlier work":  # node 2 is late, due before the trigger
         policy.queue.remove(0.05, 2)
         slots[2].due = 0.0101
         policy.queue.push(0.0101, 2)
-    if case == "delay":  # the arrival names no sender for an update due later
-        slots[1].trigger_inputs = (cast(Any, SimpleNamespace(_fresh_next=lambda: True)),)
-        slots[1].delay = 0.005
-        arrive(policy, slots[1], 0.0102, slots[0])
-        assert slots[1].due == 0.0102 + 0.005
+    if case == "host":
+        write(policy, slots[1], 0.0102, 1.0)
     else:
-        policy.trigger(slots[1], 0.0102, None if case == "host" else slots[0])
+        send(policy, slots[0], 0.0102, 1.0)
+    if case == "delay":  # the arrival names no sender for an update due later
+        assert slots[1].due == 0.0102 + 0.005
     assert batch.todo == [] and policy.holder[1] == 0
     assert slots[1].due in policy.queue.dues
     assert check(policy, [(1, 0)]) == []
@@ -652,3 +763,66 @@ def test_a_pause_puts_back_a_held_batch(workers: int) -> None:
     assert check(policy) == []
     jobs = policy.take_states()
     assert [job.kind for _, job in jobs] == [STATE]
+
+
+@pytest.mark.rule("threads.earliest-due-first", "trigger.real-time")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_no_hand_off_past_an_update_due_at_the_same_time(workers: int) -> None:
+    """> A free worker takes ... the update due earliest, equal due times in registration
+    order; the worker that runs the sending update runs the triggered one next "when nothing
+    else is due before it" — nor at the same time: node 1 (registered first) is due at 0.0102
+    by the host's write when node 0's send makes node 2 due then too; node 2 goes to the queue
+    and runs after node 1, not handed off ahead of it (issue 28, mutant P08)."""
+    slots = [triggered_slot(0, 0.01), triggered_slot(1, 0.05), triggered_slot(2, math.inf)]
+    connect(slots[0], slots[2])
+    wire(slots)
+    policy = started_policy(slots, workers)
+    kind, batch = policy.next_for_worker(0, 0.01, 0.0)
+    assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]
+    begin_update(slots[batch.todo.pop()], 0.01, False)
+    write(policy, slots[1], 0.0102, 1.0)
+    send(policy, slots[0], 0.0102, 2.0)
+    assert batch.todo == [] and slots[1].due == slots[2].due == 0.0102
+    batch.ran.append(slots[0])
+    assert check(policy, []) == []
+    kind, taken = policy.next_for_worker(0, 0.0102, 0.0)
+    assert kind == RUN and isinstance(taken, Batch)
+    order = [taken.todo.pop() for _ in range(len(taken.todo))]  # as the worker pops them
+    assert order == [1, 2]
+
+
+@pytest.mark.rule("sched.virtual-failure")
+def test_of_the_failures_of_an_instant_the_earliest_registered_is_the_error() -> None:
+    """> of several failures at `t`, the run's error is that of the node registered first
+
+    Whatever order they failed in: node 1 fails first, then node 0, in one instant of the
+    virtual timer; the run stops at the instant's end with node 0's error (issue 28, mutant
+    P12: the first failure kept)."""
+    slots = [triggered_slot(0, 0.01), triggered_slot(1, 0.01)]
+    wire(slots)
+    policy = Policy(slots, 2, virtual=True, scale=1.0, gil=False)
+    for slot in slots:
+        slot.started = True
+    policy.start_timer()
+    policy.start_instant()
+    policy.delivered()
+    kind, batch = policy.next_for_worker(0, 0.01, 0.0)
+    assert kind == RUN and isinstance(batch, Batch) and batch.shared
+    first = slots[batch.todo.pop()]
+    kind, other = policy.next_for_worker(1, 0.01, 0.0)
+    assert kind == RUN and isinstance(other, Batch)
+    second = slots[other.todo.pop()]
+    assert (first.index, second.index) == (0, 1)
+    errors = {slot.index: RuntimeError(f"{slot.name} failed") for slot in slots}
+    for slot, holder_batch in ((second, other), (first, batch)):  # the later registered first
+        begin_update(slot, 0.01, False)
+        slot.hook = "on_update"
+        holder_batch.ran.append(slot)
+        policy.fail(slot, errors[slot.index])
+        policy.update_failed(holder_batch)
+    assert (policy.error, policy.stopping) == (None, False)  # the instant's updates run first
+    for w in (0, 1):
+        policy.next_for_worker(w, 0.01, 0.0)
+    assert policy.quiescent(0.01)
+    assert policy.end_instant() and policy.stopping
+    assert policy.error is errors[0]

@@ -1,15 +1,18 @@
 """Arrivals: a message made visible on an input that a trigger names wakes the input's node.
 
 At the start of a run ``wire`` tells each port which triggered nodes its messages wake
-(``_Port._wakes``). An arrival is then a publish on such a port: the engine calls ``arrive``
-for each woken node, with the lock held, under the real-time timer as the send returns and
-under the virtual timer when the tag's messages are committed. ``arrive`` reads the message
-numbers the node's last update started with (``Input._fresh_next``) and asks the policy for an
-update by the due time the Triggers page gives (trigger.due). See the "Triggers" page.
+(``_Port._wakes``). An arrival is then a publish on such a port: the engine calls ``arrived``,
+with the lock held, under the real-time timer as the send returns and under the virtual timer
+when the tag's messages are committed. ``arrive`` notes the arrival's time on the node's
+inputs (``Slot.arrival_times``) and tells the policy (``Policy.arrival``), which decides when the
+node is due with ``arrivals_due``: at once for a node nobody holds, and for a held one when
+it comes back, against the message numbers and the start time of the update it ran
+meanwhile (trigger.coalesce). See the "Triggers" page.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -34,31 +37,65 @@ def wire(slots: Sequence[Slot]) -> None:
 def arrive(policy: Policy, slot: Slot, now: float, by: Slot | None = None) -> None:
     """An arrival at timer time ``now`` on an input of ``slot`` that its trigger names.
 
-    With the engine's lock held. When the trigger's condition holds (trigger.any,
-    trigger.all, trigger.all-timeout), ``slot`` is due by ``max(s + delay, last +
-    min_interval)`` (trigger.due); an earlier due time stands (``Policy.trigger``). ``by``:
-    the node whose update sent, if any. It runs in every send to a triggered node: kept to
-    plain loops.
+    With the engine's lock held. Each such input with a message the node's updates have not
+    seen, and no noted arrival they have not seen, gets this arrival noted: its time and the
+    message's number. (Every input, not only the one that arrived: a commit publishes a tag's
+    messages before their arrivals, so an on_all sees them together.) ``by``: the node whose
+    update sent, if any. It runs in every send to a triggered node: kept to plain loops.
     """
-    if slot.trigger_all:
-        fresh = [port._fresh_next() for port in slot.trigger_inputs]
-        if all(fresh):
-            at = now
-        elif any(fresh):
-            at = now + slot.timeout  # inf without a timeout: the policy keeps the due time
-        else:
-            return
-    else:
-        for port in slot.trigger_inputs:
-            if port._fresh_next():
-                break
-        else:
-            return  # the node's update began meanwhile and saw the message
-        at = now
+    times, numbers = slot.arrival_times, slot.arrival_numbers
+    for i, port in enumerate(slot.trigger_inputs):
+        latest = (port if port._source is None else port._source)._latest
+        if latest is None:
+            continue
+        number, seen = latest[4], port._seen
+        if number != seen and numbers[i] <= seen:  # the first arrival the node has not seen
+            times[i] = now
+            numbers[i] = number
+    policy.arrival(slot, now, by)
+
+
+def arrivals_due(slot: Slot) -> float:
+    """The due time the arrivals on ``slot``'s trigger inputs give it now (infinity: none),
+    against the messages its last update read and that update's start ``last`` (trigger.due).
+
+    The condition holds as trigger.any, trigger.all and trigger.all-timeout say, at the time
+    ``s`` of the arrival that made it hold: per input, the first arrival since the last
+    update started, as noted by ``arrive``. The node is due by ``max(s + delay, last +
+    min_interval)``. An arrival since that start is never before it: a noted time before
+    ``last`` counts as ``last``, and so does an arrival not noted (the node's update began
+    as it was noted, and the note is of a message the update read). A restored fresh flag
+    is noted at ``-inf``: not an arrival (trigger.arrival); the tree gave its due time.
+    """
+    last = slot.last
+    times, numbers = slot.arrival_times, slot.arrival_numbers
+    first = math.inf
+    latest = -math.inf
+    every = True
+    for i, port in enumerate(slot.trigger_inputs):
+        message = (port if port._source is None else port._source)._latest
+        seen = port._seen
+        if message is None or message[4] == seen:
+            every = False
+            continue
+        s = times[i] if numbers[i] > seen else last
+        if s == -math.inf:
+            continue
+        if s < last:
+            s = last
+        if s < first:
+            first = s
+        if s > latest:
+            latest = s
+    if first == math.inf:
+        return math.inf  # nothing fresh (the node's update began meanwhile and read it)
+    at = first
+    if slot.trigger_all:  # the last of all, or the first plus the timeout (inf: none)
+        at = latest if every else first + slot.timeout
     due = at + slot.delay
     if slot.last + slot.min_interval > due:  # last: the run's start before a first update
         due = slot.last + slot.min_interval
-    policy.trigger(slot, due, by if due <= now else None)
+    return due
 
 
 def arrived(policy: Policy, port: _Port, now: float, by: Slot | None = None) -> None:

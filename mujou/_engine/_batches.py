@@ -14,8 +14,9 @@ from typing import Any
 
 from .._errors import MujouInternalError
 from .._schedule import DueQueue
+from ._arrivals import arrivals_due
 from ._gil import HOLD_BACK, WATCH_DOUBLINGS, HoldBack
-from ._slot import Job, Slot
+from ._slot import Job, Slot, come_back
 
 FREE = 0  # holder: in no thread's hands
 QUEUED_JOB = -1  # holder: a job is queued for the node
@@ -33,7 +34,6 @@ FIRST_LEAD = 0.0002  # seconds: the lead before any timed wake-up was measured
 
 
 _NOT_IDLE = -math.inf  # Workers.until of a worker that is not waiting
-_INF = math.inf
 
 
 class Batch:
@@ -350,22 +350,28 @@ class Workers:
             push, slots = self.queue.push, self.slots
             for slot in ran:
                 holder[slot.index] = FREE
-                if slot.pending != _INF:  # triggered while it ran: _slot.take_pending, inlined
-                    if slot.pending < slot.due:
-                        slot.due = slot.pending
-                    slot.pending = _INF
+                if slot.arrived:  # an arrival while it ran: _slot.come_back, inlined
+                    slot.arrived = False
+                    due = arrivals_due(slot)
+                    if due < slot.due:
+                        slot.due = due
                 push(slot.due, slot.index)
             went_back = bool(ran or todo)
             if todo:  # not begun: still due at batch.due, the first in registration order last
                 for index in todo:
                     holder[index] = FREE
-                    slots[index].pending = _INF  # its update, still to come, is one after it
                 handed = min(batch.handed, len(todo))  # first in todo: the others pop from the end
                 if handed:
                     for index in todo[:handed]:
+                        come_back(slots[index])
                         push(slots[index].due, index)
                     del todo[:handed]
                 todo.reverse()
+                for index in [index for index in todo if slots[index].arrived]:
+                    come_back(slots[index])  # its update, still to come, reads what arrived
+                    if slots[index].due != batch.due:
+                        todo.remove(index)
+                        push(slots[index].due, index)
                 self.queue.push_all(batch.due, todo)
             if went_back and self.workers > 1 and self.queue.dues:  # none: all due never
                 self._wake_idle(self.queue.dues[0])
@@ -402,7 +408,12 @@ class Workers:
             return False
         todo = []
         for slot in reversed(ran):
-            if slot.due != due or slot.pending < due:  # a trigger came: the queue moves it
+            if slot.due != due:
+                return False
+            # An arrival while it ran that makes it due before the kept update: the queue
+            # moves it. One due then or later stays marked: the kept update reads it, and it
+            # is decided again when the node comes back (come_back).
+            if slot.arrived and arrivals_due(slot) < due:
                 return False
             todo.append(slot.index)
         batch.todo = todo

@@ -26,9 +26,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from ._arrivals import arrivals_due
 from ._batches import EXIT, FREE, JOB, PARK, QUEUED_JOB, RUN, SLEEP
 from ._ending import Ending
-from ._slot import RESTORE, START, STATE, STOP, Job, Slot, take_pending
+from ._slot import RESTORE, START, STATE, STOP, Job, Slot, come_back
 
 
 class Policy(Ending):
@@ -135,7 +136,7 @@ class Policy(Ending):
         self.running = True
         for slot in self.slots:
             slot.due = slot.slot * slot.period
-            take_pending(slot)
+            come_back(slot)
             if not slot.dedicated and self.holder[slot.index] == FREE:
                 self.queue.push(slot.due, slot.index)
         self._wake_everyone()
@@ -321,7 +322,7 @@ class Policy(Ending):
                     self.wake_workers = 2
         elif kind == STATE:
             self.state_jobs -= 1
-            take_pending(slot)
+            come_back(slot)
             if not slot.dedicated and not self.stopping and self.running:
                 self.queue.push(slot.due, slot.index)
             self._update_paused()
@@ -367,23 +368,26 @@ class Policy(Ending):
         """The update of dedicated ``slot`` is done."""
         self.holder[slot.index] = FREE
         self.busy -= 1
-        take_pending(slot)
+        come_back(slot)
         if self.stopping:
             self._queue_stop(slot)
         if self.busy == 0:
             self._quiet()
 
-    def trigger(self, slot: Slot, due: float, by: Slot | None = None) -> None:
-        """An update of ``slot`` is due by ``due`` at the latest: a message it waits for came
-        (sent by node ``by``'s update, due now; None: the host, or due later).
+    def arrival(self, slot: Slot, now: float, by: Slot | None = None) -> None:
+        """An arrival at ``now`` on an input ``slot``'s trigger names (noted on the slot by
+        ``_arrivals.arrive``), sent by node ``by``'s update (None: the host, or a commit).
 
-        An earlier due time stands; several triggers before one update make one update. A
-        node in the queue moves to ``due`` there, and a worker that would sleep past it wakes
-        (under the real-time timer; under the virtual timer the engine calls this between two
-        instants, which ``next_due`` then sees). A node held (updating, in a batch or a job)
-        keeps ``due`` in ``pending`` until it comes back, except from a batch taken early and
-        not begun, which goes back now. A dedicated node's thread wakes. The worker whose
-        update sent runs it next without asking again, when nothing is due before it (NOTE
+        A node nobody holds becomes due as the arrivals say (``arrivals_due``), an earlier
+        due time standing: in the queue it moves there, and a worker that would sleep past it
+        wakes (under the real-time timer; under the virtual timer the engine calls this
+        between two instants, which ``next_due`` then sees). A held node (updating, in a
+        batch, in a job) or one before the timer starts is only marked (``Slot.arrived``):
+        it is decided when the node comes back (``come_back``), against what its update read
+        meanwhile, so the arrivals before an update starts make that one update
+        (trigger.coalesce). A batch taken early and not begun (kept, or for a burst) goes back
+        first, so the node is free. A dedicated node's thread wakes. The worker whose update
+        sent runs the node next without asking again, when nothing is due before it (NOTE
         [ handing off ]).
         """
         if slot.stopped or self.stopping:
@@ -397,9 +401,9 @@ class Policy(Ending):
                 self.wake = True
                 self.wake_worker = holder - 1
         if self.holder[slot.index] != FREE or not self.running:
-            if due < slot.pending:
-                slot.pending = due
+            slot.arrived = True
             return
+        due = arrivals_due(slot)
         if due >= slot.due:
             return
         if slot.dedicated:
@@ -410,7 +414,7 @@ class Policy(Ending):
             return
         self.queue.remove(slot.due, slot.index)
         slot.due = due
-        if by is not None and self._hand_off(slot, by):
+        if by is not None and due <= now and self._hand_off(slot, by):
             return
         self.queue.push(due, slot.index)
         if not self.virtual:

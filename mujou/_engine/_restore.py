@@ -93,6 +93,7 @@ def restore_schedule(slots: Sequence[Slot], clock: RealClock | VirtualClock, met
         slot.last = float(saved["last"])
         trigger = saved.get("trigger")  # trigger.state; a node not triggered now drops it
         slot.pending = math.inf
+        slot.arrived = False  # the messages of on_start are no arrival here (trigger.arrival)
         if trigger is not None and slot.core.trigger is not None:
             slot.pending = max(float(trigger), time_) if clock.virtual else float(trigger)
     ports = state_ports(slots)
@@ -115,6 +116,10 @@ def restore_schedule(slots: Sequence[Slot], clock: RealClock | VirtualClock, met
     for slot in slots:
         for port in slot.inputs:  # after the messages: the flags are about them (ports.fresh)
             port._restore_fresh(fresh.get(port.name, True))
+        for i, port in enumerate(slot.trigger_inputs):  # not arrivals (trigger.arrival)
+            fresh_now = port._fresh_next()
+            slot.arrival_times[i] = -math.inf if fresh_now else 0.0
+            slot.arrival_numbers[i] = port._seen + 1 if fresh_now else 0
 
 
 def _to_node(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._ports import Input
 from .._schedule import next_slot
 from .._stats import LATENESS_WINDOW
+from ._arrivals import arrivals_due
 
 if TYPE_CHECKING:
     from .._node import Node, NodeCore
@@ -39,6 +40,9 @@ class Slot:
     """One node's schedule, flags and statistics."""
 
     __slots__ = (
+        "arrival_numbers",
+        "arrival_times",
+        "arrived",
         "busy_seconds",
         "core",
         "cuda",
@@ -83,9 +87,12 @@ class Slot:
         self.cuda = core.device.type == "cuda"
         self.slot = 1  # the number of the next update; it is due at slot * period
         self.due = 0.0  # due_time(slot, period), set when the timer starts and at each update
-        # The earliest due time a trigger asked for while the node was held (inf: none): it
-        # takes effect when the node comes back (Policy.trigger).
+        # A restored pending trigger's due time (inf: none), which takes effect when the timer
+        # starts (come_back; trigger.state).
         self.pending = math.inf
+        # An arrival came while the node was held or before the timer started: when the node
+        # comes back, the policy decides from what its update meanwhile read (come_back).
+        self.arrived = False
         self.last = 0.0  # the start time of the previous update (or of the run)
         self.started = False  # its on_start returned
         self.stop_queued = False
@@ -114,16 +121,31 @@ class Slot:
             )  # every name is an input: Node checked it
             self.trigger_all = trigger.all
             self.timeout = math.inf if trigger.timeout is None else trigger.timeout
+        # Per trigger input, the time and message number of its first arrival that the node's
+        # updates have not read (_arrivals.arrive; stale once the number is seen).
+        self.arrival_times = [0.0] * len(self.trigger_inputs)
+        self.arrival_numbers = [0] * len(self.trigger_inputs)
         self.min_interval = core.min_interval
         self.delay = core.delay
 
 
-def take_pending(slot: Slot) -> None:
-    """``slot`` is back with the policy: a trigger that came while it was held takes effect,
-    the earlier due time standing (Policy.trigger). ``Workers._put_back`` inlines this."""
+def come_back(slot: Slot) -> None:
+    """``slot`` is back with the policy (or the timer starts): a restored trigger, and the
+    arrivals that came while it was held, take effect, the earlier due time standing.
+
+    The arrivals are decided now, not when they came: an update that began meanwhile read
+    them, and then they make no update (trigger.coalesce, trigger.periodic-and-triggered);
+    one that came after its start makes one, at most ``min_interval`` after it
+    (trigger.min-interval).
+    """
     if slot.pending < slot.due:
         slot.due = slot.pending
     slot.pending = math.inf
+    if slot.arrived:
+        slot.arrived = False
+        due = arrivals_due(slot)
+        if due < slot.due:
+            slot.due = due
 
 
 def begin_update(slot: Slot, start: float, traced: bool) -> float:
