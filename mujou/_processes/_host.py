@@ -436,16 +436,18 @@ class Processes:
         for name in self._bounded(finals):
             with contextlib.suppress(Exception):
                 self._final[name] = finals[name].result()
-        for name, group in groups.items():
-            if name not in answered and not group.ended.is_set():
-                group.kill()
-                error = group.error(f"did not stop within {EXIT_GRACE:g} s and was killed")
-                self._lost[name] = error
-                self._stop_failures.setdefault(name, error)
+        killed = [name for name, group in groups.items() if name not in answered and not group.ended.is_set()]
+        for name in killed:
+            groups[name].kill()
+        for group in groups.values():
             group.ask_to_exit()
         deadline = time.monotonic() + EXIT_GRACE
         for group in groups.values():
             group.end(deadline)
+        for name in killed:
+            error = groups[name].error(f"did not stop within {EXIT_GRACE:g} s and was killed")
+            self._lost[name] = error
+            self._stop_failures.setdefault(name, error)
 
     def _bounded(self, replies: Mapping[str, Reply]) -> list[str]:
         """Wait for ``replies`` at most ``EXIT_GRACE`` (all together): the groups that answered."""

@@ -37,8 +37,7 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
     host, engine = processes.host, processes.host.engine
     policy = engine.policy
     if processes.closed or stopping_now(policy):  # the run has ended, or is ending: no tag runs
-        with engine.lock:
-            engine.host_wait(lambda: engine.ended)
+        _wait_for_the_end(processes)
         return done() if done is not None else False
     processes.all("begin_advance")
     host.begin_advance()
@@ -48,8 +47,7 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
     while True:
         if stopping_now(policy):  # the last tag's messages are out first, as in one process
             processes.flush(deferred)
-            with engine.lock:
-                engine.host_wait(lambda: engine.ended)
+            _wait_for_the_end(processes)
             break
         if done is not None and done():
             processes.flush(deferred)
@@ -64,6 +62,16 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
             raise nothing_can_happen()
         _tag(processes, due, dues, deferred)
     return done() if done is not None else False
+
+
+def _wait_for_the_end(processes: Processes) -> None:
+    """The run is ending: wait until every node stopped and every process exited (bounded
+    once the host's nodes stopped), so that the host's call that returns or raises now finds
+    the run ended whole (proc.cleanup)."""
+    engine = processes.host.engine
+    with engine.lock:
+        engine.host_wait(lambda: engine.ended)
+    processes.stop()
 
 
 def _tag(
