@@ -77,27 +77,40 @@ class UnsavedAttributeWarning(MujouWarning):
 
 
 class ProcessError(RuntimeError):
-    """A process of a run ended unexpectedly: the run stopped. See :ref:`proc.died`.
+    """A process of a run ended unexpectedly, or had to be killed: the run stopped. See :ref:`proc.died`.
 
     Attributes:
         process: The name the process has in ``processes=``.
         exitcode: Its exit code (negative: the signal that ended it), or None if unknown.
         nodes: The names of its nodes.
+        stopped: Whether its nodes had their ``on_stop`` before it ended.
     """
 
-    def __init__(self, process: str, exitcode: int | None, nodes: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        process: str,
+        exitcode: int | None,
+        nodes: tuple[str, ...],
+        stopped: bool = False,
+        reason: str | None = None,
+    ) -> None:
         how = "with an unknown exit code" if exitcode is None else _exit_text(exitcode)
+        what = f"ended unexpectedly ({how})" if reason is None else f"{reason} ({how})"
         shown = ", ".join(map(repr, nodes))
+        nodes_text = "had their on_stop before" if stopped else "stopped without on_stop"
         super().__init__(
-            f"process {process!r} of the run ended unexpectedly ({how}); its nodes {shown} "
-            "stopped without on_stop, and the run stopped"
+            f"process {process!r} of the run {what}; its nodes {shown} {nodes_text}, and the run stopped"
         )
         self.process = process
         self.exitcode = exitcode
         self.nodes = nodes
+        self.stopped = stopped
+        self._reason = reason
 
-    def __reduce__(self) -> tuple[type[ProcessError], tuple[str, int | None, tuple[str, ...]]]:
-        return (type(self), (self.process, self.exitcode, self.nodes))
+    def __reduce__(
+        self,
+    ) -> tuple[type[ProcessError], tuple[str, int | None, tuple[str, ...], bool, str | None]]:
+        return (type(self), (self.process, self.exitcode, self.nodes, self.stopped, self._reason))
 
 
 def _exit_text(exitcode: int) -> str:

@@ -230,10 +230,19 @@ class Engine(Instants):
             self.deliver()
 
     def abort(self) -> None:
-        """Undo a start that failed: stop what started, end the threads, free the net."""
+        """Undo a start that failed: stop what started, end the threads, free the net.
+
+        An engine whose threads never started ends here: no job can be queued for them after
+        this (a state taken then runs on the calling thread, as after the end).
+        """
         try:
             if self.threads_started:
                 self.stop()
+            else:
+                with self.lock:
+                    self.policy.begin_stop()
+                    if not self.ended:
+                        self._end()
         finally:
             self._unclaim()
 

@@ -1,7 +1,9 @@
 """The main function of a process of a run: rebuild the group's nodes, then obey the host.
 
-The host sends commands on the control connection, one at a time, and waits for each reply;
-this process sends events (its end, messages of ports the host watches) on the events
+The host sends commands on the control connection (NOTE [ the control protocol ] in
+``_group``), and this process answers each in turn, by number, from the table ``COMMANDS``; a
+command it cannot read, or whose reply cannot be pickled, gets an error naming it, and the
+process goes on. It sends events (its end, messages of ports the host watches) on the events
 connection, from any thread. When the control connection closes (the host ended, or died),
 the process stops its nodes and exits (proc.cleanup).
 """
@@ -19,11 +21,13 @@ from typing import Any
 import torch
 
 from .._engine import Engine, HookThread
+from .._errors import MujouInternalError
 from .._port import _Port
 from .._ports import Input, Output, link
 from .._state import cpu_copy
 from .._timer import RealTimeTimer, Timer, VirtualTimer
 from . import _codec as codec
+from ._group import NUMBER as _NUMBER
 from ._member import Member, describe
 from ._pack import Packed, place, unpack
 from ._spin import SPIN, poller
@@ -58,7 +62,11 @@ class Events:
         self.sent = 0  # events sent so far: a reply says how many the host must have taken
 
     def send(self, event: tuple[Any, ...]) -> None:
-        data = codec.dumps(event)
+        """Send ``event``; one that cannot be pickled becomes a warning for the host."""
+        try:
+            data = codec.dumps(event)
+        except Exception as exc:
+            data = codec.dumps(("unsent", event[0], f"{type(exc).__name__}: {exc}"))
         with self._lock:
             self.sent += 1
             with contextlib.suppress(OSError):  # the host is gone: the control connection ends us
@@ -105,9 +113,9 @@ def _serve(
     try:
         member = _build(setup, TraceForwarder(events.send) if setup.trace else None)
     except BaseException as exc:
-        control.send_bytes(codec.dumps((0, "error", describe(exc), [])))
+        control.send_bytes(codec.dumps((0, "error", describe(exc), [], events.sent)))
         return
-    control.send_bytes(codec.dumps((0, "ok", None, [])))
+    control.send_bytes(codec.dumps((0, "ok", None, [], events.sent)))
     pipes = {name: Pipe(connection) for name, connection in wake_out.items()}
     by_output = {output: [pipes[p] for p in readers] for output, readers in setup.outgoing.items()}
     member.when_ended(lambda: events.send(("ended", member.failure())))
@@ -119,24 +127,58 @@ def _serve(
             try:
                 if polling is not None:
                     polling.wait(SPIN)
-                number, command, *args = codec.loads(control.recv_bytes())
+                frame = control.recv_bytes()
             except (EOFError, OSError):  # the host is gone
                 member.stop()
                 return
+            number, command, status, payload = _obey(commands, frame)
+            control.send_bytes(
+                _reply(number, command, status, payload, warned=_warnings(member), events=events.sent)
+            )
             if command == "exit":
-                control.send_bytes(codec.dumps((number, "ok", None, [])))
                 return
-            try:
-                reply: tuple[Any, ...] = (number, "ok", getattr(commands, command)(*args))
-            except BaseException as exc:
-                reply = (number, "error", describe(exc))
-            reply = (*reply, _warnings(member))
-            control.send_bytes(codec.dumps(reply))
     finally:
         member.engine.error_reported = True  # the host reports it (proc.hook-error)
         if not member.engine.ended:  # a lent worker 0 stops here: no other thread can
             member.stop()
         member.disconnect_standins()
+
+
+def _obey(commands: _Commands, frame: bytes) -> tuple[int, str, str, Any]:
+    """Run the command in ``frame``: its number, its name, "ok" or "error", and the result."""
+    (number,) = _NUMBER.unpack_from(frame)
+    end = frame.index(b"\0", _NUMBER.size)
+    command = frame[_NUMBER.size : end].decode(errors="replace")
+    try:
+        run = COMMANDS.get(command)
+        if run is None:
+            raise MujouInternalError(f"unknown command {command!r}; the commands: {', '.join(COMMANDS)}")
+        try:
+            args = codec.loads(memoryview(frame)[end + 1 :])
+        except Exception as exc:
+            raise TypeError(
+                f"the arguments of the command {command!r} cannot be unpickled in this process: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return number, command, "ok", run(commands, *args)
+    except BaseException as exc:
+        return number, command, "error", describe(exc)
+
+
+def _reply(number: int, command: str, status: str, payload: Any, *, warned: list[Any], events: int) -> bytes:
+    """The reply's frame; a payload that cannot be pickled is replied as an error naming it."""
+    try:
+        return codec.dumps((number, status, payload, warned, events))
+    except Exception as exc:
+        error = TypeError(
+            f"the reply to the command {command!r} cannot be pickled to be sent to the host: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        failure = describe(error)
+        try:
+            return codec.dumps((number, "error", failure, warned, events))
+        except Exception:  # a warning's category that cannot be pickled: the warnings are lost
+            return codec.dumps((number, "error", failure, [], events))
 
 
 def _lends(setup: Setup) -> bool:
@@ -172,7 +214,7 @@ def _build(setup: Setup, trace: TraceForwarder | None) -> Member:
 
 
 class _Commands:
-    """The host's commands, by name (see ``_host.Group``)."""
+    """What the host's commands do here (``COMMANDS``, by name; sent by ``_group.Group``)."""
 
     def __init__(
         self,
@@ -217,7 +259,7 @@ class _Commands:
         if crossings:  # the last tag's messages from the others that wake nothing here
             self.member.apply(crossings)
         crossed, failure = self.member.instant(due)
-        return crossed, failure, self.events.sent, self.member.next_due()
+        return crossed, failure, self.member.next_due()
 
     def set_time(self, time: float) -> None:
         self.member.set_time(time)
@@ -274,3 +316,29 @@ class _Commands:
     def stop(self) -> Any:
         self.member.stop()
         return self.member.failure()
+
+    def exit(self) -> None:
+        """Nothing here: the loop ends after replying (``_serve``)."""
+
+
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "start": _Commands.start,
+    "restore_schedule": _Commands.restore_schedule,
+    "crossings": _Commands.crossings,
+    "apply": _Commands.apply,
+    "go": _Commands.go,
+    "next_due": _Commands.next_due,
+    "begin_advance": _Commands.begin_advance,
+    "instant": _Commands.instant,
+    "set_time": _Commands.set_time,
+    "read": _Commands.read,
+    "write": _Commands.write,
+    "watch": _Commands.watch,
+    "unwatch": _Commands.unwatch,
+    "state": _Commands.state,
+    "stats": _Commands.stats,
+    "final": _Commands.final,
+    "stop": _Commands.stop,
+    "exit": _Commands.exit,
+}
+"""The commands a process takes from the host, by name: nothing else can be called."""

@@ -1,28 +1,82 @@
 """The host's handle on one process of a run: its commands, its events, its end.
 
-Commands go one at a time on the control connection, each waited for; a thread reads the
-process's events (its end, the messages of ports the host watches) and notices when the
-process dies (proc.died). A failure another process describes becomes the host's exception
-here (proc.hook-error).
+One owner per connection (NOTE [ the control protocol ]): a reader thread reads every frame
+the process sends, on both of its connections, and a writer thread writes every command. The
+host's threads only hand a command to the writer and wait, with the engine's poll, on the
+``Reply`` the reader completes. So an interrupt of the host (a Ctrl-C, ``interrupt_main()``)
+is seen within a poll and never cuts a frame, no lock spans two calls, and a reply whose
+waiter was interrupted is dropped by the reader (replies go by number).
+
+The reader watches the process's sentinel too: a death (SIGKILL, ``os._exit``), or a process
+stopped and then killed, fails every reply still awaited with the same ``ProcessError``
+(proc.died), also when no EOF ever comes. A failure another process describes becomes the
+host's exception here (proc.hook-error).
+
+NOTE [ the control protocol ]
+A command is one frame: its number (8 bytes), its name and a NUL, then its arguments pickled,
+so that a process that cannot unpickle the arguments still replies to the command by number,
+with an error naming it. A reply is ``(number, status, payload, warnings, events)``:
+``events`` counts the events the process had sent before the reply, and the reader handles
+those before it completes the reply, so that a reply is never seen before the events sent
+ahead of it (the messages of the ports the host watches, an ``ended``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing.process
 import pickle
+import queue
+import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
-from typing import Any
+from multiprocessing.connection import Connection, wait
+from typing import Any, cast
 
+from .._engine._lifecycle import HOST_POLL_REAL, HOST_POLL_VIRTUAL
 from .._errors import HookError, MujouInternalError, ProcessError
 from .._node import Node
 from . import _codec as codec
 from ._member import Failure
-from ._spin import SPIN, poller
 
-EXIT_GRACE = 10.0  # real seconds a process is given to exit after the run stopped
+EXIT_GRACE = 10.0  # real seconds a process is given for each step of its end, then killed
+NUMBER = struct.Struct("!Q")  # a command frame's number (NOTE [ the control protocol ])
+
+
+class ExitedError(ProcessError):
+    """The reply to a command the process took no more: it was asked to exit (the run ended)."""
+
+
+class Reply:
+    """The reply to one command, completed once by the group's reader (a small future)."""
+
+    __slots__ = ("_done", "_error", "_value")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def set(self, value: Any) -> None:
+        self._value = value
+        self._done.set()
+
+    def fail(self, error: BaseException) -> None:
+        self._error = error
+        self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` real seconds; whether the reply came."""
+        return self._done.wait(timeout)
+
+    def result(self) -> Any:
+        """The reply's payload, or its error raised (once done)."""
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 class Group:
@@ -40,109 +94,245 @@ class Group:
         on_warning: Callable[[type[Warning], str], None],
         virtual: bool = False,
     ) -> None:
+        """The reader and the writer start at once; ``built`` is the process's first reply
+        (its nodes rebuilt, or why not). ``on_event`` gets the process's events on the reader,
+        and ``("died",)``, ``("crashed", exc)`` (a bug in this thread) and, on the thread of a
+        host call that found the process dead, ``("lost", error)``."""
         self.name = name
         self.node_names = tuple(node.name for node in nodes)
         self.process = process
         self._control = control
-        self._poller = poller(control, virtual)  # the replies of the virtual timer's tags
         self._events = events
         self._on_event = on_event
         self._on_warning = on_warning
-        self._lock = threading.Lock()  # one command at a time
-        self._sent = 0  # the number of the last command: its reply carries it
-        self._taken = 0  # events handled so far
-        self._taken_changed = threading.Condition()
-        self.dead = False
-        self._death: ProcessError | None = None
-        self._death_lock = threading.Lock()
-        self.closed = False
-        self._reader = threading.Thread(target=self._read_events, name=f"mujou-process-{name}", daemon=True)
-
-    def start_reading(self) -> None:
+        self.poll = HOST_POLL_VIRTUAL if virtual else HOST_POLL_REAL
+        self._lock = threading.Lock()  # the fields below; never held across a wait or a call
+        self._numbers = 1  # the next command's number (0: the first reply, ``built``)
+        self.built = Reply()
+        self._pending: dict[int, Reply] = {0: self.built}
+        self._ending: BaseException | None = None  # why no command is taken any more
+        self._exiting = False  # asked to exit (or to be killed): its end is no death
+        self._stop: Reply | None = None  # the reply to ``stop``, sent once
+        self._stop_lock = threading.Lock()
+        self.nodes_stopped = False  # its engine ended: its started nodes had on_stop
+        self.dead = False  # it ended before it was asked to
+        self.ended = threading.Event()  # it ended, and the reader handled all it sent
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._reader = threading.Thread(
+            target=self._guarded, args=(self._read,), name=f"mujou-process-{name}"
+        )
+        self._writer = threading.Thread(target=self._guarded, args=(self._write,), name=f"mujou-send-{name}")
+        self._reader.daemon = self._writer.daemon = True
         self._reader.start()
+        self._writer.start()
 
-    def send(self, command: str, *args: Any) -> None:
-        """Send a command; ``receive`` waits for its reply (so that several groups work at once)."""
-        self._lock.acquire()
-        self._sent += 1
+    # -- commands --------------------------------------------------------------------------
+
+    def request(self, command: str, *args: Any) -> Reply:
+        """Send ``command``; its reply, to wait for (already failed if the process ended).
+
+        Raises only when the arguments cannot be pickled (nothing is sent then).
+        """
+        data = codec.dumps(args)
+        reply = Reply()
+        with self._lock:
+            ending = self._ending
+            if ending is None:
+                number = self._numbers
+                self._numbers += 1
+                self._pending[number] = reply
+                # Under the lock, so that the writer gets the commands in their numbers' order;
+                # put() is one call that cannot be cut: the writer writes the frame whole.
+                self._outbox.put(b"".join((NUMBER.pack(number), command.encode(), b"\0", data)))
+        if ending is not None:
+            reply.fail(ending)
+        return reply
+
+    def wait(self, reply: Reply) -> Any:
+        """Wait for ``reply`` (its payload, or its error raised), looking every poll: an
+        interrupt of the host is seen within one and leaves the protocol whole. A host
+        call's wait: the run settles its end before a ProcessError is raised (proc.died)."""
+        while not reply.wait(self.poll):
+            pass
         try:
-            data = codec.dumps((self._sent, command, *args))
-            self._control.send_bytes(data)
-        except OSError:
-            self._lock.release()
-            raise self.died() from None
-        except BaseException:
-            self._lock.release()
+            return reply.result()
+        except ExitedError:
+            raise
+        except ProcessError as error:
+            self._on_event(self, ("lost", error))
             raise
 
-    def receive(self) -> Any:
-        """The reply to the last command sent. A reply to an earlier one, whose wait was
-        interrupted (a KeyboardInterrupt of the host), is skipped."""
+    def call(self, command: str, *args: Any) -> Any:
+        """Send ``command`` and wait for its reply (a host call)."""
+        return self.wait(self.request(command, *args))
+
+    def stop_reply(self) -> Reply:
+        """The reply to ``stop`` (sent the first time only)."""
+        with self._stop_lock:
+            if self._stop is None:
+                self._stop = self.request("stop")
+            return self._stop
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def ask_to_exit(self) -> None:
+        """Ask the process to exit (its end is no death from now on); once."""
+        with self._lock:
+            if self._exiting:
+                return
+            self._exiting = True
+        self.request("exit")
+        with self._lock:
+            if self._ending is None:
+                self._ending = self.error("exited as the run ended", ExitedError)
+
+    def end(self, deadline: float) -> None:
+        """Wait for the process to end until ``deadline`` (``time.monotonic()``), kill it then;
+        then its threads end and its connections close. Safe from two threads, and again."""
+        with self._lock:
+            self._exiting = True
+        if not self.ended.wait(max(0.0, deadline - time.monotonic())):
+            self.kill()
+            self.ended.wait(EXIT_GRACE)  # the reader reaps it
+        if self.process.exitcode is None:  # the reader crashed: nobody reaped it
+            self.kill()
+            self.process.join(EXIT_GRACE)
+        self._outbox.put(None)
+        for thread in (self._reader, self._writer):
+            if thread is not threading.current_thread():
+                thread.join(EXIT_GRACE)  # the process has ended: each ends at once
+        with self._lock:
+            if not self._reader.is_alive() and not self._writer.is_alive():
+                self._control.close()
+                self._events.close()
+
+    def kill(self) -> None:
+        """SIGKILL the process (its reader reaps it, then fails what is pending)."""
+        with self._lock:
+            self._exiting = True
+        if self.process.exitcode is None:
+            self.process.kill()
+
+    def error(self, reason: str | None = None, kind: type[ProcessError] = ProcessError) -> ProcessError:
+        """The error of this process's end (its exit code, whether its nodes had on_stop)."""
+        return kind(self.name, self.process.exitcode, self.node_names, self.nodes_stopped, reason)
+
+    # -- the threads -----------------------------------------------------------------------
+
+    def _guarded(self, body: Callable[[], None]) -> None:
+        """Run a thread's body; a bug in it fails every awaited reply and stops the run
+        (MujouInternalError), instead of a silent thread death."""
         try:
+            body()
+        except BaseException as exc:
+            thread = threading.current_thread().name
+            error = MujouInternalError(
+                f"internal error in Mujou ({type(exc).__name__} on thread {thread}); "
+                "the run stopped: please report it with the traceback of the cause"
+            )
+            error.__cause__ = exc
+            self._finish(error)
+            self._on_event(self, ("crashed", exc))
+
+    def _write(self) -> None:
+        """The writer: every command's frame, whole, in order, until ``end``."""
+        outbox, control = self._outbox, self._control
+        while True:
+            data = outbox.get()
+            if data is None:
+                return
+            try:
+                control.send_bytes(data)
+            except OSError:  # the process ended: the reader sees it by its sentinel
+                return
+
+    def _read(self) -> None:
+        """The reader: every reply and event, until the process ends; then what is left."""
+        control, events, sentinel = self._control, self._events, self.process.sentinel
+        taken = 0  # events handled
+        open_: list[Any] = [control, events, sentinel]
+        while control in open_ and sentinel in open_:
+            for ready in wait(open_):
+                if ready is sentinel:
+                    open_.remove(sentinel)
+                    continue
+                connection = cast(Connection, ready)
+                try:
+                    if not connection.poll(0):  # a reply read the events ahead of it
+                        continue
+                    data = connection.recv_bytes()
+                except (EOFError, OSError):
+                    open_.remove(ready)
+                    continue
+                if ready is events:
+                    self._event(data)
+                    taken += 1
+                else:
+                    taken = self._reply(data, taken)
+        # The process ended, or closed its control connection to end: reap it (killed if it
+        # lingers), then handle what it sent before its end.
+        self.process.join(EXIT_GRACE)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join(EXIT_GRACE)
+        for connection in (events, control):
             while True:
                 try:
-                    if self._poller is not None:
-                        self._poller.wait(SPIN)
-                    number, status, payload, warned = codec.loads(self._control.recv_bytes())
+                    if not connection.poll(0):
+                        break
+                    data = connection.recv_bytes()
                 except (EOFError, OSError):
-                    raise self.died() from None
-                if number == self._sent:
                     break
-        finally:
-            self._lock.release()
+                if connection is events:
+                    self._event(data)
+                    taken += 1
+                else:
+                    taken = self._reply(data, taken)
+        with self._lock:
+            died = not self._exiting
+        error = self.error()
+        self.dead = died
+        self._finish(error if died else self.error("exited as the run ended", ExitedError))
+        if died:
+            self._on_event(self, ("died",))
+
+    def _finish(self, error: BaseException) -> None:
+        """No command is taken from now on: fail every awaited reply with ``error``."""
+        with self._lock:
+            if self._ending is None:
+                self._ending = error
+            pending, self._pending = self._pending, {}
+        for reply in pending.values():
+            reply.fail(error)
+        self.ended.set()
+
+    def _event(self, data: bytes) -> None:
+        event = codec.loads(data)
+        if event[0] == "ended":
+            self.nodes_stopped = True
+        self._on_event(self, event)
+
+    def _reply(self, data: bytes, taken: int) -> int:
+        """Complete the reply in ``data`` after the events sent before it; events handled now."""
+        number, status, payload, warned, sent = codec.loads(data)
+        events = self._events
+        while taken < sent:  # sent before the reply: already on their way
+            try:
+                event = events.recv_bytes()
+            except (EOFError, OSError):
+                break
+            self._event(event)
+            taken += 1
         for category, message in warned:
             self._on_warning(category, f"{message} (in process {self.name!r})")
-        if status == "error":
-            raise rebuild_failure(payload, self.name)
-        return payload
-
-    def call(self, command: str, *args: Any) -> Any:
-        self.send(command, *args)
-        return self.receive()
-
-    def died(self) -> ProcessError:
-        """The error of this process's unexpected end, with its exit code: the same error for
-        every thread that finds it dead (one of them reaps the process; the others wait)."""
-        with self._death_lock:
-            if self._death is None:
-                self.dead = True
-                self.process.join(EXIT_GRACE)
-                self._death = ProcessError(self.name, self.process.exitcode, self.node_names)
-            return self._death
-
-    def wait_events(self, count: int) -> None:
-        """Wait until the event thread has handled the first ``count`` events."""
-        with self._taken_changed:
-            while self._taken < count and not self.dead:
-                self._taken_changed.wait(0.1)
-
-    def _read_events(self) -> None:
-        while True:
-            try:
-                event = codec.loads(self._events.recv_bytes())
-            except (EOFError, OSError):
-                if not self.closed:
-                    self._on_event(self, ("died",))
-                return
-            self._on_event(self, event)
-            with self._taken_changed:
-                self._taken += 1
-                self._taken_changed.notify_all()
-
-    def close(self) -> None:
-        """Ask the process to exit and wait for it (kill it after a grace period)."""
-        self.closed = True
-        if not self.dead:
-            with contextlib.suppress(ProcessError, HookError, MujouInternalError):
-                self.call("exit")
-        self.process.join(EXIT_GRACE)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        if self._reader.is_alive():
-            self._reader.join(EXIT_GRACE)  # its last events (the trace's last slices) handled
-        self._control.close()
-        self._events.close()
+        with self._lock:
+            reply = self._pending.pop(number, None)
+        if reply is not None:  # None: its waiter was interrupted, or gave up
+            if status == "error":
+                reply.fail(rebuild_failure(payload, self.name))
+            else:
+                reply.set(payload)
+        return taken
 
 
 def rebuild_failure(failure: Failure, process: str) -> BaseException:

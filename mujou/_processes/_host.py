@@ -12,17 +12,17 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._errors import ProcessError
+from .._errors import MujouWarning, ProcessError
 from .._net import Net
 from .._node import Node
 from .._port import _Port
 from .._stats import RunStats
 from .._trace import TraceRecorder
 from ._gather import merge_stats, merge_trees
-from ._group import Group, rebuild_failure
+from ._group import EXIT_GRACE, ExitedError, Group, Reply, rebuild_failure
 from ._lockstep import advance
 from ._member import Member
 from ._mirrors import Mirrors
@@ -61,6 +61,10 @@ class Processes:
         self.tag_lock = threading.Lock()
         self._final: dict[str, tuple[Any, RunStats, dict[str, Any]]] = {}  # by group, once ended
         self._stop_lock = threading.Lock()
+        self._stopper: threading.Thread | None = None  # the thread of stop_soon
+        self._close_lock = threading.Lock()  # held by the one thread ending the processes
+        self._stop_failures: dict[str, Any] = {}  # what ending them found: the run's error
+        self._lost: dict[str, ProcessError] = {}  # the groups killed at the end
         self.closed = False
         _live.add(self)
 
@@ -90,36 +94,36 @@ class Processes:
             on_warning=self.host.engine.hooks.queue_warning,
         )
         self.groups, self.host_pipes, self.host_inbound = spawned
-        self.receive_all(self.groups.values())  # each rebuilt its nodes, or failed
-        for group in self.groups.values():
-            group.start_reading()
+        self.gather({name: group.built for name, group in self.groups.items()})  # or why not
 
-    def receive_all(self, groups: Iterable[Group]) -> list[Any]:
-        """Wait for the reply of each group, in turn; raise the first error after all replied."""
-        replies: list[Any] = []
-        first: BaseException | None = None
-        for group in groups:
+    # -- the fan-out -----------------------------------------------------------------------
+
+    def send_each(self, commands: Mapping[str, tuple[Any, ...]]) -> dict[str, Reply]:
+        """Send each group named in ``commands`` its command (``(command, *args)``), to every
+        one of them whatever another's send found (a dead process's reply is its error)."""
+        return {name: self.groups[name].request(*command) for name, command in commands.items()}
+
+    def gather(self, replies: Mapping[str, Reply], first: BaseException | None = None) -> dict[str, Any]:
+        """Wait for every reply, whatever another's was; the payloads by group. Then raise
+        ``first`` (the host's own error), else the first error in the groups' order.
+
+        An interrupt of the host's wait leaves at once: the replies still to come are dropped.
+        """
+        results: dict[str, Any] = {}
+        for name, reply in replies.items():
             try:
-                replies.append(group.receive())
-            except BaseException as exc:
-                replies.append(None)
+                results[name] = self.groups[name].wait(reply)
+            except Exception as exc:  # a reply's error; an interrupt leaves at once
+                results[name] = None
                 if first is None:
                     first = exc
         if first is not None:
             raise first
-        return replies
+        return results
 
     def all(self, command: str, *args: Any) -> dict[str, Any]:
         """Send ``command`` to every group, then wait for every reply: the replies by group."""
-        groups = list(self.groups.values())
-        sent: list[Group] = []
-        try:
-            for group in groups:
-                group.send(command, *args)
-                sent.append(group)
-        finally:
-            replies = self.receive_all(sent)
-        return dict(zip((g.name for g in sent), replies, strict=True))
+        return self.gather(self.send_each({name: (command, *args) for name in self.groups}))
 
     def start(self, states: Sequence[Any] | None) -> list[tuple[str, str]]:
         """Every process's on_start (at once), then the loads of ``states`` (one per node,
@@ -130,25 +134,18 @@ class Processes:
         def states_of(nodes: Sequence[Node]) -> list[Any] | None:
             return None if states is None else [states[index[id(node)]] for node in nodes]
 
-        sent: list[Group] = []
-        for name, group in self.groups.items():
-            group.send("start", states_of(self.placement.groups[name]))
-            sent.append(group)
+        sent = self.send_each(
+            {name: ("start", states_of(nodes)) for name, nodes in self.placement.groups.items()}
+        )
         errors: list[tuple[str, str]] = []
         first: BaseException | None = None
         try:
             found = self.host.start(states_of(self.placement.host))
             errors += [(name, f"{type(exc).__name__}: {exc}") for name, exc in found]
-        except BaseException as exc:
+        except Exception as exc:  # an interrupt leaves at once
             first = exc
-        try:
-            for found_ in self.receive_all(sent):
-                errors += found_
-        except BaseException as exc:
-            if first is None:
-                first = exc
-        if first is not None:
-            raise first
+        for found_ in self.gather(sent, first).values():
+            errors += found_
         crossings = self.all("crossings")
         crossings[HOST] = self.host.crossings()
         self.deliver(crossings, wake=True)
@@ -156,9 +153,18 @@ class Processes:
 
     def restore_schedule(self, meta: Mapping[str, Any]) -> None:
         ports = meta["ports"]
-        for name, group in self.groups.items():
-            standins = {source: ports.get(source) for source in self.placement.incoming[name]}
-            group.call("restore_schedule", dict(meta), standins)
+        self.gather(
+            self.send_each(
+                {
+                    name: (
+                        "restore_schedule",
+                        dict(meta),
+                        {s: ports.get(s) for s in self.placement.incoming[name]},
+                    )
+                    for name in self.groups
+                }
+            )
+        )
         self.host.restore_standins({source: ports.get(source) for source in self.placement.incoming[HOST]})
         self.host.engine.restore_schedule(meta)
 
@@ -182,8 +188,8 @@ class Processes:
             for crossing in found:
                 for reader in outgoing[writer].get(crossing[0], ()):
                     incoming[reader].append(crossing)
-        sent: list[Group] = []
-        for name, group in self.groups.items():
+        commands: dict[str, tuple[Any, ...]] = {}
+        for name in self.groups:
             found = incoming[name]
             if not found:
                 continue
@@ -191,20 +197,21 @@ class Processes:
             if defer is not None and not any(crossing[0] in waking for crossing in found):
                 defer.setdefault(name, []).extend(found)
                 continue
-            group.send("apply", [*defer.pop(name, []), *found] if defer else found, wake)
-            sent.append(group)
+            commands[name] = ("apply", [*defer.pop(name, []), *found] if defer else found, wake)
+        sent = self.send_each(commands)
+        first: BaseException | None = None
         if incoming[HOST]:
-            self.host.apply(incoming[HOST], wake=wake)
-        return dict(zip((group.name for group in sent), self.receive_all(sent), strict=True))
+            try:
+                self.host.apply(incoming[HOST], wake=wake)
+            except Exception as exc:  # an interrupt leaves at once
+                first = exc
+        return self.gather(sent, first)
 
     def flush(self, deferred: dict[str, list[Crossing]]) -> None:
         """Hand each group the messages ``deliver`` deferred for it (they wake nothing there)."""
-        sent: list[Group] = []
-        for name, found in deferred.items():
-            self.groups[name].send("apply", found, True)
-            sent.append(self.groups[name])
+        sent = self.send_each({name: ("apply", found, True) for name, found in deferred.items()})
         deferred.clear()
-        self.receive_all(sent)
+        self.gather(sent)
 
     def go(self) -> None:
         """Start every process's timer at one origin (the monotonic clock is the machine's)."""
@@ -218,6 +225,8 @@ class Processes:
         with self._fail_lock:
             self._running = True
             early = self._early
+        # However the host's engine ends (a hook's error, a stop), the processes end then too.
+        self.host.engine.add_waker(self.stop_soon)
         if early is not None:  # a process failed between its last reply and the start
             self.fail(early)
 
@@ -230,6 +239,8 @@ class Processes:
     # -- events ----------------------------------------------------------------------------
 
     def _on_event(self, group: Group, event: tuple[Any, ...]) -> None:
+        """An event of ``group``'s process, on its reader (``Group``'s docstring); ``lost`` on
+        the thread of a host call that found the process dead."""
         kind = event[0]
         if kind == "trace":
             _, thread, slices = event
@@ -245,13 +256,34 @@ class Processes:
             # Stopping the host's engine from here could cut its updates of the tag short.
             if failure is not None and not self.host.engine.virtual:
                 self.fail(rebuild_failure(failure, group.name))
-        elif kind == "died" and not group.closed:
-            error = group.died()
+        elif kind == "unsent":
+            _, what, text = event
+            self.host.engine.hooks.queue_warning(
+                MujouWarning, f"process {group.name!r} could not send a {what!r} event to the host: {text}"
+            )
+        elif kind == "died":
             with self.tag_lock:
-                self.fail(error)
+                self.fail(group.error())
+        elif kind == "lost":
+            self.settle(event[1])
+        elif kind == "crashed":
+            self.crashed(event[1])
+
+    def crashed(self, exc: BaseException) -> None:
+        """A helper thread of the processes hit ``exc`` in Mujou's code: the run stops with
+        MujouInternalError (the engine's crash path, for a thread that holds no node)."""
+        engine = self.host.engine
+        engine.crashed(engine.policy.state_holder + 1, exc, exits=False)
+        with self._fail_lock:
+            running = self._running
+            if not running and self._early is None:
+                self._early = engine.error
+        if running:
+            self.stop_soon()
 
     def fail(self, error: BaseException) -> None:
-        """Stop the run for ``error`` of another process (the first error stands).
+        """Stop the run for ``error`` of another process (the first error stands), and every
+        process at once (proc.died).
 
         Before the timers start, the start itself reports a failure (a command's reply, or the
         death of the process it waits for) and undoes what started: the error is kept for
@@ -267,19 +299,38 @@ class Processes:
         with engine.lock:
             engine.policy.abort(error)
             engine.deliver()
-        self.stop_groups_soon()
+        self.stop_soon()
 
-    def stop_groups_soon(self) -> None:
-        """Stop every group's nodes, from a thread of its own (called from event threads)."""
-        threading.Thread(target=self._stop_groups, name="mujou-stop-processes", daemon=True).start()
-
-    def _stop_groups(self) -> None:
-        with self._stop_lock:
-            if self._stopping:
+    def settle(self, error: BaseException) -> None:
+        """A host call found a process dead (``error``): before it raises, the run has ended
+        and every process has exited (proc.died, proc.cleanup). Nothing to do before the
+        timers start: the start undoes itself."""
+        with self._fail_lock:
+            if not self._running:
                 return
-            self._stopping = True
-        with contextlib.suppress(BaseException):  # a dead process: its error is the run's already
-            self.all("stop")
+        self.fail(error)
+        self.stop()
+        engine = self.host.engine
+        with engine.lock:
+            engine.host_wait(lambda: engine.ended)
+
+    def stop_soon(self) -> None:
+        """End every process (``stop``) from a thread of its own (from event threads, and
+        when the host's engine ends)."""
+        with self._stop_lock:
+            if self._stopper is not None:
+                return
+            self._stopper = threading.Thread(
+                target=self._stop_guarded, name="mujou-stop-processes", daemon=True
+            )
+        self._stopper.start()
+
+    def _stop_guarded(self) -> None:
+        try:
+            self.stop()
+        except BaseException as exc:
+            self.crashed(exc)
+            self._kill_all()
 
     # -- what the host's calls need ----------------------------------------------------------
 
@@ -292,71 +343,133 @@ class Processes:
 
     def _ended(self, part: int) -> dict[str, Any]:
         """Part ``part`` of what each process left when the run ended; ProcessError for one
-        that died (its state is lost: proc.died)."""
+        that died or was killed (its state is lost: proc.died)."""
         for name, group in self.groups.items():
             if name not in self._final:
-                raise ProcessError(name, group.process.exitcode, group.node_names)
+                raise self._lost.get(name) or group.error()
         return {name: final[part] for name, final in self._final.items()}
+
+    def _live_call(self, call: Callable[[], Any]) -> Any | None:
+        """``call()`` while the processes run; None once they ended or end meanwhile (the
+        caller reads what they left then)."""
+        if self._stopping or self.closed:
+            self.stop()  # wait for the end under way (or finish one an interrupt cut)
+            return None
+        try:
+            return call()
+        except ExitedError:  # the run ended meanwhile
+            self.stop()
+            return None
 
     def read(self, port: _Port) -> Any:
         """The latest message of another process's ``port``, a CPU copy (run.read)."""
         group = self.group_of(port.node)
         assert group is not None
-        if self.closed:
-            return self._ended(2)[group.name][port.name]
-        return group.call("read", port.name)
+        found = self._live_call(lambda: (group.call("read", port.name),))
+        return self._ended(2)[group.name][port.name] if found is None else found[0]
 
     def state_tree(self) -> dict[str, Any]:
-        if self.closed:
+        trees = self._live_call(lambda: self.all("state"))
+        if trees is None:
             trees = self._ended(0)
             for name, tree in trees.items():
                 if isinstance(tree, tuple):  # the error that taking it raised
                     raise rebuild_failure(tree, name)
-        else:
-            trees = self.all("state")
         trees[HOST] = self.host.engine.state_tree()
         return merge_trees(self.nodes, self.placement, trees, self.host.engine.time())
 
     def stats(self) -> RunStats:
-        stats = self._ended(1) if self.closed else self.all("stats")
+        stats = self._live_call(lambda: self.all("stats"))
+        if stats is None:
+            stats = self._ended(1)
         stats[HOST] = self.host.stats()
         return merge_stats(self.nodes, self.placement, stats, self.host.engine.time())
 
-    def stop(self) -> None:
-        """Stop every process's nodes, then end the processes (proc.cleanup)."""
-        with self._stop_lock:
-            already = self._stopping
-            self._stopping = True
-        if not already:
-            try:
-                replies = self.all("stop")
-            except ProcessError as exc:
-                self.fail(exc)
-                replies = {}
-            for name, failure in replies.items():
-                if failure is not None:
-                    self.fail(rebuild_failure(failure, name))
-        self.close()
+    # -- the end (proc.cleanup) --------------------------------------------------------------
 
-    def close(self) -> None:
-        """End the processes, keeping what the host's calls read after the end (their state
-        tree, stats and latest messages: run.state-after-error)."""
-        if self.closed:
-            return
-        self.closed = True
-        for name, group in self.groups.items():
-            if not group.dead:
-                with contextlib.suppress(ProcessError):
-                    self._final[name] = group.call("final")
-            group.close()
-        self.host.disconnect_standins()
-        self.mirrors.give_back()
-        _live.discard(self)
+    def stop(self) -> None:
+        """End the processes: stop every one's nodes, keep what the host reads after the end,
+        let each exit, kill what does not within ``EXIT_GRACE`` (proc.cleanup).
+
+        Every path that ends the run comes here: ``run.stop()``, a failed start, a death, a
+        hook's error, an interrupt left the block, the interpreter's exit. Safe from several
+        threads at once and again (the later wait for the first); every wait bounded.
+        """
+        with self._stop_lock:
+            self._stopping = True
+        while not self._close_lock.acquire(timeout=self.host.engine.poll):  # an interrupt is seen
+            pass
+        try:
+            if not self.closed:
+                try:
+                    self._end_groups()
+                finally:
+                    self.host.disconnect_standins()
+                    self.mirrors.give_back()
+                    self.closed = True
+                    _live.discard(self)
+                for name, failure in self._stop_failures.items():  # the run's error, if first
+                    self.fail(rebuild_failure(failure, name) if isinstance(failure, tuple) else failure)
+        finally:
+            self._close_lock.release()
+
+    close = stop
+
+    def _end_groups(self) -> None:
+        """Each step for every group at once: stop (the nodes' on_stop), final (what is
+        read after the end), exit; a group that does not answer a step in ``EXIT_GRACE`` is
+        killed, and its state is lost."""
+        groups = self.groups
+        stops = {name: group.stop_reply() for name, group in groups.items()}
+        answered = self._bounded(stops)
+        for name in answered:
+            try:
+                failure = stops[name].result()
+            except (ExitedError, ProcessError):
+                continue
+            except Exception as exc:
+                self._stop_failures.setdefault(name, exc)
+                continue
+            if failure is not None:
+                self._stop_failures.setdefault(name, failure)
+        finals = {name: groups[name].request("final") for name in answered if not groups[name].ended.is_set()}
+        for name in self._bounded(finals):
+            with contextlib.suppress(Exception):
+                self._final[name] = finals[name].result()
+        killed = [name for name, group in groups.items() if name not in answered and not group.ended.is_set()]
+        for name in killed:
+            groups[name].kill()
+        for group in groups.values():
+            group.ask_to_exit()
+        deadline = time.monotonic() + EXIT_GRACE
+        for group in groups.values():
+            group.end(deadline)
+        for name in killed:
+            error = groups[name].error(f"did not stop within {EXIT_GRACE:g} s and was killed")
+            self._lost[name] = error
+            self._stop_failures.setdefault(name, error)
+
+    def _bounded(self, replies: Mapping[str, Reply]) -> list[str]:
+        """Wait for ``replies`` at most ``EXIT_GRACE`` (all together): the groups that answered."""
+        deadline = time.monotonic() + EXIT_GRACE
+        for reply in replies.values():
+            while not reply.wait(min(self.host.engine.poll, max(0.0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    break
+        return [name for name, reply in replies.items() if reply.done()]
+
+    def _kill_all(self) -> None:
+        """The last resort of a teardown that failed: no process is left behind."""
+        for group in self.groups.values():
+            with contextlib.suppress(BaseException):
+                group.kill()
 
 
 @atexit.register
 def _close_live() -> None:
-    """At interpreter exit: end the processes of runs left running (after their nodes stop)."""
+    """At interpreter exit: end the processes of runs left running (every wait is bounded)."""
     for processes in list(_live):
-        with contextlib.suppress(BaseException):
+        try:
             processes.stop()
+        except BaseException:
+            processes._kill_all()

@@ -37,8 +37,7 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
     host, engine = processes.host, processes.host.engine
     policy = engine.policy
     if processes.closed or stopping_now(policy):  # the run has ended, or is ending: no tag runs
-        with engine.lock:
-            engine.host_wait(lambda: engine.ended)
+        _wait_for_the_end(processes)
         return done() if done is not None else False
     processes.all("begin_advance")
     host.begin_advance()
@@ -48,8 +47,7 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
     while True:
         if stopping_now(policy):  # the last tag's messages are out first, as in one process
             processes.flush(deferred)
-            with engine.lock:
-                engine.host_wait(lambda: engine.ended)
+            _wait_for_the_end(processes)
             break
         if done is not None and done():
             processes.flush(deferred)
@@ -66,26 +64,34 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
     return done() if done is not None else False
 
 
+def _wait_for_the_end(processes: Processes) -> None:
+    """The run is ending: wait until every node stopped and every process exited (bounded
+    once the host's nodes stopped), so that the host's call that returns or raises now finds
+    the run ended whole (proc.cleanup)."""
+    engine = processes.host.engine
+    with engine.lock:
+        engine.host_wait(lambda: engine.ended)
+    processes.stop()
+
+
 def _tag(
     processes: Processes, due: float, dues: dict[str, float], deferred: dict[str, list[Crossing]]
 ) -> None:
     """One tag in every process; ``dues`` becomes each process's next due time, ``deferred``
     the messages for the groups that their next command takes."""
     host = processes.host
-    groups = list(processes.groups.values())
-    for group in groups:
-        group.send("instant", due, deferred.pop(group.name, []))
+    sent = processes.send_each({name: ("instant", due, deferred.pop(name, [])) for name in processes.groups})
     with processes.tag_lock:
-        crossed, failure = host.instant(due)
+        crossed, failure = host.instant(due)  # an interrupt leaves: the replies are dropped
     crossings: dict[str, Sequence[Crossing]] = {HOST: crossed}
     failures: list[tuple[str, Failure]] = [] if failure is None else [(HOST, failure)]
-    replies = processes.receive_all(groups)
-    for group, (found, failed, events, next_due) in zip(groups, replies, strict=True):
-        crossings[group.name] = found
-        dues[group.name] = next_due
-        group.wait_events(events)  # the messages of the ports the host watches
+    # Each reply comes after the events its process sent before it (the messages of the
+    # ports the host watches): see NOTE [ the control protocol ] in _group.
+    for name, (found, failed, next_due) in processes.gather(sent).items():
+        crossings[name] = found
+        dues[name] = next_due
         if failed is not None:
-            failures.append((group.name, failed))
+            failures.append((name, failed))
     dues.update(processes.deliver(crossings, wake=True, defer=deferred))
     dues[HOST] = host.next_due()
     if failures:
@@ -109,4 +115,4 @@ def _fail_first(processes: Processes, failures: list[tuple[str, Failure]]) -> No
         engine.policy.error = error
         engine.policy.begin_stop()
         engine.deliver()
-    processes.stop_groups_soon()
+    processes.stop_soon()

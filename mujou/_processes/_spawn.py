@@ -37,7 +37,7 @@ def spawn(
     on_warning: Callable[[type[Warning], str], None],
 ) -> Spawned:
     """Start each group's process. Each group's first reply (its nodes rebuilt, or why not)
-    is still to come: its lock is held for it, as after a ``Group.send``."""
+    is still to come: ``Group.built``."""
     context = multiprocessing.get_context("spawn")
     names = [HOST, *placement.groups]
     readers_of = {
@@ -89,7 +89,7 @@ def spawn(
         events_child.close()
         for end in (*wake_out.values(), *wake_in):
             end.close()
-        group = groups[name] = Group(
+        groups[name] = Group(
             name,
             nodes,
             process=process,
@@ -99,5 +99,4 @@ def spawn(
             on_warning=on_warning,
             virtual=virtual,
         )
-        group._lock.acquire()  # the reply to come: the nodes rebuilt, or why not
     return groups, host_pipes, host_inbound
