@@ -349,6 +349,7 @@ class Processes:
                 with contextlib.suppress(ProcessError):
                     self._final[name] = group.call("final")
             group.close()
+        self.host.close(wait=True)  # the host's forwarders, receiver and wake pipes
         self.host.disconnect_standins()
         self.mirrors.give_back()
         _live.discard(self)
