@@ -189,7 +189,7 @@ class Input(_Port, Generic[M]):
     messages are, as for :class:`Output`. See :ref:`ports.read-latest`.
     """
 
-    __slots__ = ("_base", "_coalesced", "_optional", "_seen", "_seen_before", "_slot", "_source")
+    __slots__ = ("_base", "_coalesced", "_link", "_optional", "_seen", "_seen_before", "_slot", "_source")
 
     @overload
     def __init__(
@@ -213,7 +213,11 @@ class Input(_Port, Generic[M]):
             raise TypeError(f"optional must be a bool, got {type(optional).__name__}: {optional!r}")
         super().__init__(dtype, shape, spec)
         self._optional = optional
+        # What the read path reads: the source, or in a run with processes the stand-in of a
+        # source in another process (_processes/_wire.py); and the output the net connected,
+        # which ``source`` shows (the same, but for those stand-ins on the host).
         self._source: Output[Any] | None = None
+        self._link: Output[Any] | None = None
         self._slot: Slot | None = None  # the node's in the current (or last) run
         # The number of the latest message when the node's last update started, and when
         # the update before it started (0: none yet): see Input.fresh.
@@ -228,7 +232,7 @@ class Input(_Port, Generic[M]):
         port = super()._bound_copy(node, core)
         assert isinstance(port, Input)
         port._optional = self._optional
-        port._source = None
+        port._source = port._link = None
         port._slot = None
         port._seen = port._seen_before = port._base = port._coalesced = 0
         return port
@@ -248,7 +252,7 @@ class Input(_Port, Generic[M]):
     @property
     def source(self) -> Output[M] | None:
         """The output connected to this input, or None (the host may write it)."""
-        return self._source
+        return self._link
 
     def _message(self) -> Any:
         source = self._source
@@ -395,7 +399,7 @@ def link(output: Output[Any], input: Input[Any]) -> None:
                 f"declares {output._declared.text} and the input {input._declared.text}, "
                 f"which no message matches ({found.strip()})"
             )
-    input._source = output
+    input._source = input._link = output
     output._readers.append(input)
     declared = input._declared
     if declared is not None and all(declared is not known for known, _ in output._checks):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pickle
+import re
+import subprocess
+import sys
 import threading
 
 import pytest
 import torch
 
-from mujou._processes._codec import dumps, loads
+from mujou._processes._codec import _rebuilt, dumps, loads
 
 TENSORS = [
     torch.arange(5.0),  # 1-d: no view on the way back
@@ -86,3 +89,50 @@ def test_threads_dump_at_once() -> None:
         thread.join(60)
         assert not thread.is_alive()
     assert not errors, errors[0]
+
+
+def test_a_quantized_tensor_keeps_its_quantizer() -> None:
+    """Issue 23 #9: a quantized tensor is not sent as its bytes (its scale and zero point would
+    stay behind, and dequantize() then crashes). Run in a subprocess, so that a crash fails
+    this test instead of ending pytest (planted: no dtype check in the fast path, and the
+    subprocess dies with SIGSEGV or prints a wrong value)."""
+    script = (
+        "import torch\n"
+        "from mujou._processes._codec import _rebuilt, dumps, loads\n"
+        "q = torch.quantize_per_tensor(torch.tensor([1.0, 2.0, 3.0]), 0.5, 3, torch.quint8)\n"
+        "back = loads(dumps({'w': q}))['w']\n"
+        "print(back.is_quantized, back.q_scale(), back.q_zero_point(), back.dequantize().tolist())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.split() == ["True", "0.5", "3", "[1.0,", "2.0,", "3.0]"]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "data", "match"),
+    [
+        ("torch.float32", (3,), b"\0" * 8, "8 bytes for shape"),  # too short
+        ("torch.float32", (1,), b"\0" * 8, "8 bytes for shape"),  # too long
+        ("torch.quint8", (3,), b"\0" * 3, "dtype 'torch.quint8'"),  # not a plain dtype
+        ("os.system", (1,), b"\0", "dtype 'os.system'"),
+        ("torch.int8", (-1,), b"", "shape"),
+    ],
+)
+def test_a_malformed_frame_is_an_error(dtype: str, shape: tuple[int, ...], data: bytes, match: str) -> None:
+    """The rebuild checks what the frame says (planted: no length check, and a short frame
+    makes a tensor over memory it does not own, or a wrong shape)."""
+    frame = dumps(_Call(dtype, shape, data))  # a frame made by hand, as a corrupted one would be
+    with pytest.raises(ValueError, match=rf"^malformed tensor in a frame: .*{re.escape(match)}"):
+        loads(frame)
+
+
+class _Call:
+    """Pickles as a call of the codec's rebuild with the given (maybe malformed) arguments."""
+
+    def __init__(self, dtype: str, shape: tuple[int, ...], data: bytes) -> None:
+        self.args = dtype, shape, data
+
+    def __reduce__(self) -> tuple[object, tuple[str, tuple[int, ...], bytes]]:
+        return _rebuilt, self.args

@@ -409,3 +409,30 @@ def test_reads_across_processes_are_never_torn_and_leave_no_segment() -> None:
     left = {name for name in _torch_segments() - before if any(pid in name for pid in ours)}
     assert not left, f"shared-memory segments left in /dev/shm: {sorted(left)}"
     assert reads >= 1
+
+
+def test_a_writer_that_laps_every_copy_makes_the_reader_give_up_not_spin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review S5: a writer that finishes K writes during each of the reader's copies makes
+    ``latest`` return None after ``_TRIES`` copies, instead of spinning for ever; once the
+    writer leaves it one copy's time, the reader gets the newest write (planted: no bound on
+    the tries: this test hangs, and its hang guard fails it)."""
+    writer = RingWriter(slots=2)
+    reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)], 1.0, 1))))
+    original = _ring._copy_out
+    written = [1]
+    copies = [0]
+
+    def lapping_copy(view: torch.Tensor) -> torch.Tensor:
+        copies[0] += 1
+        for _ in range(2):  # K = 2 whole writes during the copy: its slot is written again
+            written[0] += 1
+            writer.write([torch.full((8,), float(written[0]))], float(written[0]), written[0])
+        return original(view)
+
+    monkeypatch.setattr(_ring, "_copy_out", lapping_copy)
+    assert reader.latest() is None  # the autouse hang guard fails a reader that spins
+    assert copies[0] == _ring._TRIES
+    monkeypatch.setattr(_ring, "_copy_out", original)
+    assert read(reader)[0] == written[0]

@@ -3,9 +3,21 @@ the room grows by powers of two, so a structure whose size changes a little keep
 
 from __future__ import annotations
 
-import pytest
+import multiprocessing
+import os
+import pickle
+import select
+import threading
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 
-from mujou._processes._wire import packed_rest, unpacked_rest
+import pytest
+import torch
+from _support import HANG_GUARD
+
+from mujou._processes._ring import Announce, RingWriter
+from mujou._processes._wire import _NONBLOCKING, Pipe, _framed, _sharer, packed_rest, unpacked_rest
 
 RESTS = [
     None,
@@ -28,3 +40,113 @@ def test_the_room_grows_by_powers_of_two_and_never_shrinks() -> None:
     assert large.numel() == 512
     assert packed_rest(({"w": "x"}, (0,)), large.numel()).numel() == 512  # keeps its room
     assert unpacked_rest(large) == ({"w": "x" * 300}, (0,))
+
+
+# --- the wake pipe's writing end -----------------------------------------------------------------
+
+
+def _record(name: str) -> bytes:
+    return _framed(pickle.dumps((name,), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _fill(pipe: Pipe) -> int:
+    """Write filler records straight into the pipe until it is full (nothing owed, no
+    flusher): how many went."""
+    sent = 0
+    while True:
+        try:
+            os.write(pipe.connection.fileno(), _record(f"filler{sent}"))
+        except BlockingIOError:
+            return sent
+        sent += 1
+
+
+def _announce_of(leaves: int) -> Announce:
+    announce = RingWriter().write([torch.zeros(i + 1) for i in range(leaves)], 0.0, 1)  # shapes unlike
+    assert announce is not None
+    return announce
+
+
+@pytest.fixture
+def ends() -> Iterator[tuple[Connection, Pipe]]:
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    pipe = Pipe(writer)
+    yield reader, pipe
+    pipe.close()
+    reader.close()
+
+
+@pytest.mark.skipif(not _NONBLOCKING, reason="no write that cannot block here")
+def test_a_frame_over_pipe_buf_to_a_full_pipe_keeps_no_sender_waiting(ends: tuple[Connection, Pipe]) -> None:
+    """Review S4: the announcement of a nest of many tensors (a frame over PIPE_BUF) to a
+    reader that stopped reading, its pipe with room for less than the frame: neither its
+    send nor another output's send waits, and once the reader reads, every frame comes whole
+    and in order (planted: the frame written waiting with the pipe's lock held, as before:
+    the sends never return, and the bounded join fails)."""
+    reader, pipe = ends
+    announce = _announce_of(600)
+    frame = len(ForkingPickler.dumps(("announce", "big", announce)))
+    assert frame > select.PIPE_BUF
+    fillers = _fill(pipe)
+    got: list[tuple[object, ...]] = []
+    while not pipe._room.poll(0):  # some room, less than the frame
+        got.append(pickle.loads(reader.recv_bytes()))
+
+    def send_both() -> None:
+        pipe.send("big", _record("big"), announce)
+        pipe.send("x", _record("x"), None)
+
+    sender = threading.Thread(target=send_both, daemon=True)
+    sender.start()
+    sender.join(HANG_GUARD / 2)
+    assert not sender.is_alive(), "a send waited for a reader that does not read"
+    while not got or got[-1] != ("x",):
+        assert reader.poll(HANG_GUARD), f"the flusher did not write what was owed: {got[-3:]}"
+        got.append(pickle.loads(reader.recv_bytes()))
+    names = [record[1] if record[0] == "announce" else record[0] for record in got]
+    assert names == [*(f"filler{i}" for i in range(fillers)), "big", "big", "x"]
+    assert got[fillers][0] == "announce" and got[fillers + 1] == ("big",)
+
+
+@pytest.mark.skipif(not _NONBLOCKING, reason="no flusher here")
+def test_an_error_in_the_flusher_reaches_on_crash(
+    ends: tuple[Connection, Pipe], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 #10: an exception of Mujou's own in the pipe's flusher thread is handed to
+    ``on_crash`` (the member stops the run with it), not lost with the thread (planted: no
+    handler in _flush: on_crash is never called)."""
+    reader, pipe = ends
+    crashed: list[BaseException] = []
+    done = threading.Event()
+
+    def on_crash(exc: BaseException) -> None:
+        crashed.append(exc)
+        done.set()
+
+    pipe.on_crash = on_crash
+    _fill(pipe)
+    pipe.send("y", _record("y"), None)  # owed: the flusher starts
+
+    def broken() -> None:
+        raise RuntimeError("planted in the test")
+
+    monkeypatch.setattr(pipe, "_write_owed", broken)
+    while reader.poll(0):  # room: the flusher writes, and fails
+        reader.recv_bytes()
+    assert done.wait(HANG_GUARD), "on_crash was not called"
+    assert isinstance(crashed[0], RuntimeError) and pipe.broken
+
+
+@pytest.mark.skipif(not _NONBLOCKING, reason="announcements are sent waiting here")
+def test_closing_takes_back_the_descriptors_no_reader_fetched(ends: tuple[Connection, Pipe]) -> None:
+    """Issue 23 #11: an announcement written but never read (its reader died) hands a
+    descriptor to the resource sharer; ``close`` takes it back (planted: _take_back does
+    nothing: the key stays registered and its descriptor open)."""
+    _, pipe = ends
+    announce = _announce_of(1)
+    pipe.send("y", _record("y"), announce)
+    handed = list(pipe._handed)
+    assert len(handed) == 1 and handed[0][1] in _sharer._cache
+    pipe.close()
+    assert handed[0][1] not in _sharer._cache
+    pipe.close()  # idempotent

@@ -22,9 +22,9 @@ import torch
 
 from .._engine import Engine, HookThread
 from .._errors import MujouInternalError
+from .._messages import cpu_copy  # keeps a nest's NamedTuples and dataclasses
 from .._port import _Port
 from .._ports import Input, Output, link
-from .._state import cpu_copy
 from .._timer import RealTimeTimer, Timer, VirtualTimer
 from . import _codec as codec
 from ._group import NUMBER as _NUMBER

@@ -4,13 +4,17 @@ A CPU tensor pickled the default way goes through ``torch.save``'s machinery, ab
 millisecond each here: too slow for the messages that cross at every tag under the virtual
 timer (proc.virtual). A plain CPU tensor is pickled here as its dtype, shape and bytes
 instead, and rebuilt as a tensor that owns a copy of them; any other tensor (a subclass, one
-that requires grad, on another device) keeps torch's own reduction.
+that requires grad, on another device, a quantized one, whose scale and zero point bytes do
+not carry, or one of a dtype not in ``_PLAIN``) keeps torch's own reduction, which rebuilds
+all of it. The rebuild checks that the bytes fit the dtype and shape, so a malformed frame is
+an exception, never a tensor over memory it does not own.
 """
 
 from __future__ import annotations
 
 import ctypes
 import io
+import math
 import pickle
 import threading
 from typing import Any
@@ -19,15 +23,43 @@ import torch
 
 loads = pickle.loads
 _Tensor, _strided = torch.Tensor, torch.strided
-# By name: a torch.dtype pickles as a global, which costs a module lookup to load.
-_DTYPES = {str(dtype): dtype for dtype in vars(torch).values() if isinstance(dtype, torch.dtype)}
+# The dtypes whose tensors are their bytes and nothing else (no quantizer, no packed bits the
+# shape does not count), by name: a torch.dtype pickles as a global, which costs a module
+# lookup to load.
+_PLAIN = {
+    str(dtype): dtype
+    for dtype in (
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+    )
+}
+_PLAIN_DTYPES = frozenset(_PLAIN.values())
 _local = threading.local()  # each thread's pickler and its buffer, reused
 
 
 def _rebuilt(dtype: str, shape: tuple[int, ...], data: bytes) -> torch.Tensor:
+    """The tensor ``_Pickler`` took apart; ValueError for bytes that do not make one."""
+    kind = _PLAIN.get(dtype)
+    if kind is None or not all(type(size) is int and size >= 0 for size in shape):
+        raise ValueError(f"malformed tensor in a frame: dtype {dtype!r}, shape {shape!r}")
+    if len(data) != math.prod(shape) * kind.itemsize:
+        raise ValueError(
+            f"malformed tensor in a frame: {len(data)} bytes for shape {shape!r} of {dtype}, "
+            f"expected {math.prod(shape) * kind.itemsize}"
+        )
     if not data:
-        return torch.empty(shape, dtype=_DTYPES[dtype])
-    flat = torch.frombuffer(bytearray(data), dtype=_DTYPES[dtype])
+        return torch.empty(shape, dtype=kind)
+    flat = torch.frombuffer(bytearray(data), dtype=kind)
     return flat if len(shape) == 1 else flat.view(shape)  # a view costs a tensor more
 
 
@@ -35,6 +67,7 @@ class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         if (
             type(obj) is _Tensor
+            and obj.dtype in _PLAIN_DTYPES  # a quantized dtype is not: its quantizer stays behind
             and obj.is_cpu
             and not obj.requires_grad
             and obj.layout is _strided

@@ -404,6 +404,7 @@ class Processes:
                 try:
                     self._end_groups()
                 finally:
+                    self.host.close(wait=True)  # the host's forwarders, receiver and wake pipes
                     self.host.disconnect_standins()
                     self.mirrors.give_back()
                     self.closed = True

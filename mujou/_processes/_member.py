@@ -19,18 +19,21 @@ from .._engine._arrivals import arrived
 from .._engine._collect import stopping_now
 from .._engine._snapshot import run_stats
 from .._errors import HookError
+from .._messages import cpu_copy
 from .._node import Node
 from .._port import _Port
 from .._ports import Input, Output
 from .._run import _host_message
-from .._state import cpu_copy
 from .._stats import RunStats
-from ._wire import Crossing, Forwarders, Pipe, Receiver, Standins, joined, split
+from ._wire import NO_HOLDER, Crossing, Forwarders, Pipe, Receiver, Standins, joined, split
 
 # What a failure is, as it crosses to the host: a HookError's node, hook, time, the cause
 # (pickled when it can be, else None), its type's name, its text and its traceback's text;
 # or any other error's type name and text (and the error, pickled when it can be).
 Failure = tuple[Any, ...]
+# Real seconds the host waits for its receiver's threads after the processes exited: each ends
+# as soon as it reads the end of its pipe, so only a machine stalled for that long waits it out.
+RECEIVER_GRACE = 2.0
 
 
 class Member:
@@ -56,29 +59,34 @@ class Member:
         assert all(isinstance(port, Output) for port in outputs.values())
         self.forwarders = Forwarders(outputs, engine.virtual)  # type: ignore[arg-type]  # checked
         self.receiver: Receiver | None = None
+        self._pipes: list[Pipe] = []  # this process's ends of the wake pipes it writes
         self._members = {id(node) for node in nodes}
         self._saved_readers: list[tuple[Output[Any], list[Input[Any]]]] = []
-        self._saved_sources: list[tuple[Input[Any], Output[Any] | None]] = []
+        self._saved_sources: list[tuple[Input[Any], Output[Any] | None, Output[Any] | None]] = []
 
     # -- starting --------------------------------------------------------------------------
 
     def connect_standins(self) -> None:
         """Make each input whose source is elsewhere read its stand-in, and each output
-        forget its readers elsewhere, for the run (the host's nodes keep their links)."""
+        forget its readers elsewhere, for the run (the host's nodes keep their links: an
+        input's ``source`` is still the net's output; in a child, which has no node of the
+        source, it is the stand-in)."""
         for output in self.forwarders.outputs.values():
             self._saved_readers.append((output, output._readers))
             output._readers = [reader for reader in output._readers if id(reader.node) in self._members]
         for source, inputs in self.readers.items():
             standin = self.standins.ports[source]
             for port in inputs:
-                self._saved_sources.append((port, port._source))
+                self._saved_sources.append((port, port._source, port._link))
                 port._source = standin
+                if port._link is None:
+                    port._link = standin
                 standin._readers.append(port)
 
     def disconnect_standins(self) -> None:
         """Give the inputs their own sources back (the host's nodes, after the run)."""
-        for port, source in self._saved_sources:
-            port._source = source
+        for port, source, link in self._saved_sources:
+            port._source, port._link = source, link
         self._saved_sources.clear()
         for output, readers in self._saved_readers:
             output._readers = readers
@@ -128,6 +136,10 @@ class Member:
         self, origin: float | None, pipes: Mapping[str, Sequence[Pipe]], inbound: Sequence[Connection]
     ) -> None:
         """Forward the messages that cross, receive the others (real-time), start the timer."""
+        engine = self.engine
+        self._pipes = list({id(pipe): pipe for found in pipes.values() for pipe in found}.values())
+        for pipe in self._pipes:
+            pipe.on_crash = lambda exc: engine.crashed(NO_HOLDER, exc, exits=False)
         self.forwarders.install({name: list(pipes.get(name, ())) for name in self.forwarders.outputs})
         if not self.engine.virtual and inbound:
             self.receiver = Receiver(self.engine, self.standins, inbound)
@@ -197,14 +209,28 @@ class Member:
         return self.engine.start(states)
 
     def stop(self) -> None:
+        """Stop this process's nodes, then tear down what crosses (a child's ``stop``)."""
         engine = self.engine
         try:
             engine.abort() if not engine.threads_started else engine.stop()
         finally:
-            if self.receiver is not None:
-                self.receiver.stop()
-                self.receiver = None
-            self.forwarders.remove()
+            self.close()
+
+    def close(self, *, wait: bool = False) -> None:
+        """The teardown of what crosses, after the engine stopped; idempotent.
+
+        The forwarders go (the watchers on the outputs read elsewhere, and their rings), the
+        receiver publishes nothing more, and this process's ends of the wake pipes close,
+        taking back the ring descriptors no reader fetched (proc.cleanup). ``wait``: wait up
+        to ``RECEIVER_GRACE`` for the receiver's threads to end, each once its sender's end
+        closed, dropping the rings it read (the host, once the other processes exited).
+        """
+        self.forwarders.remove()
+        if self.receiver is not None:
+            self.receiver.close(RECEIVER_GRACE if wait else 0.0)
+        for pipe in self._pipes:
+            pipe.close()
+        self._pipes = []
 
     def failure(self) -> Failure | None:
         error = self.engine.error

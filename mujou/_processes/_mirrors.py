@@ -4,6 +4,15 @@
 a port whose node runs in another process, that process forwards the port's messages as
 events while one or more host calls watch it, and each is published on the host's object of
 the port. At the end of the run the objects get back what they held before.
+
+NOTE [ a mirror never goes back ]
+
+The process adds its forwarder, then replies with the port's latest message. The reply comes
+on the control connection, the forwarded messages on the events connection, read by another
+thread: a message sent between the two reaches the host by the events, maybe before the
+reply, which holds an older one. So the reply's message is the mirror's first only when no
+event of the watch was published before it (under ``_publish_lock``, which orders the two);
+every event's message is as new as the reply's or newer.
 """
 
 from __future__ import annotations
@@ -28,7 +37,9 @@ class Mirrors:
         self._ids = itertools.count(1)
         self._mirrors: dict[int, _Port] = {}  # by watch key
         self._watching: dict[int, list[int]] = {}  # id(port) -> [watch key, users]
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # watch and undo; held across the process's reply
+        self._publish_lock = threading.Lock()  # a reply's first message, an event's publish
+        self._published: set[int] = set()  # the watch keys an event was published for
         # The host's objects of ports mirrored, with what they held before: given back at the end.
         self._mirrored: dict[int, tuple[_Port, Latest | None]] = {}
 
@@ -45,9 +56,10 @@ class Mirrors:
                 self._mirrors[key] = port
                 self._mirrored.setdefault(id(port), (port, port._latest))
                 latest = group.call("watch", key, port.name)
-                if latest is not None:
-                    message, stamp = latest
-                    port._latest = (message, _version(message), None, stamp, 1)
+                with self._publish_lock:  # NOTE [ a mirror never goes back ]
+                    if latest is not None and key not in self._published:
+                        message, stamp = latest
+                        port._latest = (message, _version(message), None, stamp, 1)
 
         def undo() -> None:
             with self._lock:
@@ -55,7 +67,9 @@ class Mirrors:
                 if watching[1] > 0:
                     return
                 del self._watching[id(port)]
-                self._mirrors.pop(watching[0], None)
+                with self._publish_lock:
+                    self._mirrors.pop(watching[0], None)
+                    self._published.discard(watching[0])
                 with contextlib.suppress(ProcessError, HookError, MujouInternalError):
                     group.call("unwatch", watching[0], port.name)
 
@@ -63,9 +77,11 @@ class Mirrors:
 
     def publish(self, key: int, message: Any, stamp: float) -> None:
         """A message of the port watched as ``key`` (an event of its process)."""
-        port = self._mirrors.get(key)
-        if port is not None:
-            port._publish(message, _version(message), None, stamp)
+        with self._publish_lock:
+            port = self._mirrors.get(key)
+            if port is not None:
+                self._published.add(key)
+                port._publish(message, _version(message), None, stamp)
 
     def give_back(self) -> None:
         """The run ended: each mirrored port object holds what it held before."""

@@ -51,6 +51,21 @@ same argument as C11's ``atomic_thread_fence`` pairing), and the reader retries.
 d + 1 .. d + K - 1 go to other slots and do not matter. The counters only grow (int64: no
 wrap in practice), so a stale ``done`` only makes the reader's copy older, never wrong.
 
+NOTE [ a reader that keeps being lapped ]
+
+A retry starts from the newest ``done``, so the writer laps a reader only by finishing K
+writes during one of its copies: a fast writer of large messages, or a reader descheduled
+mid-copy. No way of copying returns a whole slot from a writer that keeps doing that (the
+reader cannot hold the writer back: a send never waits for a reader, proc.latest-value), so
+``latest`` gives up after ``_TRIES`` copies and returns None ("nothing whole now"). Nothing is
+lost by it: the writer's caller sends a record after each write (the wire's records, of which
+a full pipe keeps the newest), so the write that lapped the last copy is followed by a record
+that makes the reader try again, and the record after the writer's last write finds a slot
+the writer no longer touches (it gets there after that write finished; only another write
+can make that copy fail, and that write sends a record of its own). The receiver's thread
+thus never spins for ever on one output, and the newest message still gets through once the
+writer leaves the reader the time of one copy.
+
 The header words are read and written through ctypes views of the buffer: each access is
 one aligned 8-byte load or store in C (a ``memcpy`` of 8 bytes), so a counter is never torn,
 and each is a separate C call the compiler cannot move past the torch calls around it. The
@@ -96,6 +111,7 @@ _STARTED = 0  # header word indices (see the module docstring)
 _DONE = 1
 _SLOT_WORDS = 8  # slot k's number is word 8 + 2k, its stamp word 9 + 2k
 _SPINS_BEFORE_YIELD = 100  # reader retries before it yields the CPU between tries
+_TRIES = 1000  # copies a reader tries before it gives up (NOTE [ a reader that keeps being lapped ])
 
 
 def _align(nbytes: int) -> int:
@@ -387,7 +403,9 @@ class RingReader:
         self._ring = self._open(announce)
 
     def latest(self) -> tuple[int, float, list[torch.Tensor]] | None:
-        """``(number, stamp, tensors)`` of the newest complete slot; None before any write.
+        """``(number, stamp, tensors)`` of the newest complete slot; None before any write,
+        or when the writer lapped each of ``_TRIES`` copies (NOTE [ a reader that keeps being
+        lapped ]: the writer's next record tries again).
 
         The tensors are fresh contiguous CPU copies the caller owns, shaped by the layout.
         Never a half-written slot: when the writer may have overwritten the slot during the
@@ -412,11 +430,13 @@ class RingReader:
             if words[_STARTED] < done + slots:
                 return number, stamp, tensors
             # The writer began write done + K (or later) on this slot: the copy may be torn.
-            # Copy the newest slot again. The writer cannot lap us forever: each retry starts
-            # from the newest done, and lapping it needs K whole writes during one copy; past
-            # a few tries (the reader descheduled, the writer on a faster core) yield the CPU
-            # so a spinning reader does not starve the writer it waits for on a busy machine.
+            # Copy the newest slot again, at most _TRIES times (NOTE [ a reader that keeps
+            # being lapped ]); past a few tries (the reader descheduled, the writer on a
+            # faster core) yield the CPU so a spinning reader does not starve the writer it
+            # waits for on a busy machine.
             tries += 1
+            if tries >= _TRIES:
+                return None
             if tries >= _SPINS_BEFORE_YIELD:
                 time.sleep(0)
 

@@ -18,15 +18,18 @@ sender's messages, skipped ones included, so ``coalesced`` counts them as in one
 from __future__ import annotations
 
 import ctypes
+import io
 import os
 import pickle
 import select
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
+from multiprocessing import resource_sharer
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -46,6 +49,7 @@ Crossing = tuple[str, list[torch.Tensor], Rest, float, int]
 _FRAME = struct.Struct("!i")  # multiprocessing.Connection's frame: the length, then the bytes
 _LENGTH = struct.Struct("<q")  # the length of a nest's rest, first in its leaf of the slot
 _REST_ROOM = 256  # bytes: the least room a ring's slot keeps for a nest's rest
+NO_HOLDER = -1  # the engine's holder of a thread that holds no node (Engine.crashed)
 _FLUSH_LOOK_MS = 100  # how often a pipe's flusher looks whether it still owes anything
 # Records that do not wait for a full pipe: where a pipe's end can be made non-blocking.
 _NONBLOCKING = os.name == "posix" and hasattr(select, "PIPE_BUF")
@@ -153,12 +157,14 @@ class Forwarders:
             self._watchers.append((port, watcher))
 
     def remove(self) -> None:
+        """Forward nothing more: the watchers go, and the rings (idempotent)."""
         for port, watcher in self._watchers:
             port._remove_watcher(watcher)
         self._watchers.clear()
         for ring in self._rings.values():
             ring.close()
         self._rings.clear()
+        self.outbox.clear()
 
     def _collector(self, port: Output[Any], name: str) -> Callable[[Any], None]:
         outbox = self.outbox
@@ -194,24 +200,32 @@ class Pipe:
     """One end that writes to another process's wake pipe, shared by this process's senders.
 
     A reader's process that stops reading (stopped by a signal, stuck) fills its pipe; a
-    sender then must not wait for it (proc.latest-value). So each write is one that does not
-    block: a write of at most ``PIPE_BUF`` bytes to a pipe is all or nothing. What finds the
-    pipe full is owed, by output, and written as soon as there is room (by the next send
-    through the pipe, or by a thread that waits for room while anything is owed), unless a
-    newer one of its output replaces it: the announcements of new rings, then the records,
-    each of which makes the reader take the newest slot of its ring. An announcement is
-    pickled only once the pipe has room for it: its pickle hands the ring's descriptor to
-    this process's resource sharer, for the reader's process to fetch once, so each pipe
-    pickles its own and one never sent would hold a descriptor until the process ends. One
-    too large for a write that cannot block (a nest of about a hundred tensors) waits.
+    sender then must not wait for it (proc.latest-value). So no write here blocks. What
+    finds the pipe full is owed, by output, and written as soon as there is room (by the next
+    send through the pipe, or by a thread that waits for room while anything is owed), unless
+    a newer one of its output replaces it: the announcements of new rings, then the records,
+    each of which makes the reader take the newest slot of its ring. A frame over
+    ``PIPE_BUF`` bytes (an announcement of a nest of about a hundred tensors), which a write
+    may cut, is written as far as the pipe takes it; its rest goes first once there is room.
+
+    An announcement is pickled once the pipe has room for it: its pickle hands a duplicate of
+    the ring's descriptor to this process's resource sharer, for the reader's process to
+    fetch once. The pipe keeps the keys of those it handed out, and ``close`` (the run ended,
+    or the reader's process is gone) takes back the ones never fetched, which would
+    otherwise hold a descriptor and the ring's memory until this process ends.
     """
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._lock = threading.Lock()
-        self.broken = False
+        self.broken = False  # the reader's process ended, or the pipe was closed: write no more
+        # Called with an exception in the flusher thread (Mujou's own error): set by the
+        # member that uses the pipe, to stop the run (the engine's crashed path).
+        self.on_crash: Callable[[BaseException], None] | None = None
         self._announces: dict[str, Announce] = {}  # by output: a new ring a full pipe left out
         self._owed: dict[str, bytes] = {}  # by output: the frame of a record a full pipe left out
+        self._partial: memoryview | None = None  # the rest of a frame a write cut: next to go
+        self._handed: list[_Key] = []  # resource sharer keys of the announcements written
         self._flusher: threading.Thread | None = None  # writes what is owed once there is room
         self._fd = connection.fileno() if _NONBLOCKING else -1
         if self._fd >= 0:
@@ -228,82 +242,143 @@ class Pipe:
             try:
                 if self._fd < 0:  # no write that cannot block here: each waits
                     if announce is not None:
-                        self.connection.send_bytes(_announcement(name, announce))
+                        self.connection.send_bytes(self._announcement(name, announce))
                     self.connection.send_bytes(record[_FRAME.size :])
                     return
                 if announce is not None:
                     self._announces[name] = announce  # replaces an older one still owed
                 self._owed[name] = record  # replaces an older one
                 self._write_owed()
-                if (self._announces or self._owed) and self._flusher is None:
+                if self._owes() and self._flusher is None:
                     self._flusher = threading.Thread(target=self._flush, name="mujou-ports-out", daemon=True)
                     self._flusher.start()
             except OSError:  # the reader's process ended: the host stops the run for it
-                self.broken = True
+                self._break()
+
+    def close(self) -> None:
+        """Write nothing more; take back the descriptors no reader fetched; close the end.
+
+        Idempotent. The flusher, if any, ends at its next look."""
+        with self._lock:
+            self._break()
+            self.connection.close()
+
+    def _break(self) -> None:
+        """With the lock held: write nothing more, and drop what was owed."""
+        self.broken = True
+        self._announces.clear()
+        self._owed.clear()
+        self._partial = None
+        _take_back(self._handed)
+        self._handed.clear()
+
+    def _owes(self) -> bool:
+        return bool(self._announces or self._owed or self._partial is not None)
 
     def _flush(self) -> None:
         """While something is owed: write it as soon as the pipe has room, then end. So a
         reader's process that reads again gets the latest messages without waiting for
-        another send."""
-        room = select.poll()  # its own: one poll object is not for two threads at once
-        room.register(self._fd, select.POLLOUT)
-        while True:
-            ready = room.poll(_FLUSH_LOOK_MS)  # also when the reader's end closed: the write fails
+        another send. An error of Mujou's own here stops the run (``on_crash``)."""
+        try:
+            room = select.poll()  # its own: one poll object is not for two threads at once
+            room.register(self._fd, select.POLLOUT)
+            while True:
+                ready = room.poll(_FLUSH_LOOK_MS)  # also when the reader's end closed: the write fails
+                with self._lock:
+                    if self.broken or not self._owes():
+                        self._flusher = None
+                        return
+                    if ready:
+                        try:
+                            self._write_owed()
+                        except OSError:  # the reader's process ended
+                            self._break()
+        except BaseException as exc:
             with self._lock:
-                if self.broken or not (self._announces or self._owed):
-                    self._flusher = None
-                    return
-                if ready:
-                    try:
-                        self._write_owed()
-                    except OSError:
-                        self.broken = True
+                self._flusher = None
+                self._break()
+            if self.on_crash is not None:
+                self.on_crash(exc)
 
     def _write_owed(self) -> None:
-        """Write what is owed while the pipe has room: the announcements, then the records."""
+        """Write what is owed while the pipe has room: the rest of a cut frame, the
+        announcements, then the records."""
+        if self._partial is not None and not self._write_rest():
+            return
         for name, announce in list(self._announces.items()):
             if not self._room.poll(0):
                 return
-            frame = _framed(_announcement(name, announce))  # pickled once: see above
-            if not self._write_now(frame):  # the pipe had room, and this is its only writer
-                self._write_waiting(frame)
             del self._announces[name]
+            self._partial = memoryview(_framed(self._announcement(name, announce)))
+            if not self._write_rest():
+                return
         for name, frame in list(self._owed.items()):
-            if not self._write_now(frame):
+            if len(frame) > select.PIPE_BUF:  # a name of thousands of characters: may be cut
+                del self._owed[name]
+                self._partial = memoryview(frame)
+                if not self._write_rest():
+                    return
+                continue
+            try:
+                os.write(self._fd, frame)  # at most PIPE_BUF bytes: all or nothing
+            except BlockingIOError:
                 return
             del self._owed[name]
 
-    def _write_now(self, frame: bytes) -> bool:
-        """Write ``frame`` whole without waiting, unless the pipe is full: whether it did. A
-        frame over ``PIPE_BUF`` bytes, which a write could cut, is written waiting instead."""
-        if len(frame) > select.PIPE_BUF:
-            self._write_waiting(frame)
-            return True
-        try:
-            os.write(self._fd, frame)
-        except BlockingIOError:
-            return False
+    def _write_rest(self) -> bool:
+        """Write as much of the cut frame as the pipe takes: whether all of it went."""
+        rest = self._partial
+        assert rest is not None
+        while rest:
+            try:
+                rest = rest[os.write(self._fd, rest) :]
+            except BlockingIOError:
+                self._partial = rest
+                return False
+        self._partial = None
         return True
 
-    def _write_waiting(self, frame: bytes) -> None:
-        """Write ``frame`` whole, waiting while the pipe is full."""
-        os.set_blocking(self._fd, True)
-        try:
-            rest = memoryview(frame)
-            while rest:
-                rest = rest[os.write(self._fd, rest) :]
-        finally:
-            os.set_blocking(self._fd, False)
+    def _announcement(self, name: str, announce: Announce) -> bytes:
+        """The record of output ``name``'s new ring, pickled as a ring must be (``Announce``),
+        the descriptors it hands out kept for ``close``."""
+        self._handed = [key for key in self._handed if key[1] in _sharer._cache]  # drop fetched ones
+        buffer = io.BytesIO()
+        _AnnouncePickler(buffer, self._handed).dump(("announce", name, announce))
+        return buffer.getvalue()
+
+
+_Key = tuple[Any, int]  # a resource sharer's key of a descriptor: (its address, a number)
+
+
+class _AnnouncePickler(ForkingPickler):
+    """ForkingPickler (a shared tensor goes as a descriptor), noting each descriptor it hands
+    to this process's resource sharer (under torch's ``file_descriptor`` strategy)."""
+
+    def __init__(self, file: io.BytesIO, handed: list[_Key]) -> None:
+        super().__init__(file, pickle.HIGHEST_PROTOCOL)
+        self._handed_out = handed
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is resource_sharer.DupFd:
+            self._handed_out.append(cast(Any, obj)._id)
+        return NotImplemented
+
+
+_sharer = cast(Any, resource_sharer)._resource_sharer  # no public call takes a registration back
+
+
+def _take_back(keys: Sequence[_Key]) -> None:
+    """Close the descriptors of ``keys`` that no reader fetched from the resource sharer."""
+    for _, key in keys:
+        with _sharer._lock:
+            entry = _sharer._cache.pop(key, None)
+        if entry is not None:
+            entry[1]()  # its close: the duplicate of the ring's descriptor
 
 
 def _framed(data: bytes) -> bytes:
     """``data`` framed as ``Connection.send_bytes`` frames it: its length, then the bytes."""
     return _FRAME.pack(len(data)) + data
-
-
-def _announcement(name: str, announce: Announce) -> bytes:
-    """The record of output ``name``'s new ring, pickled as a ring must be (``Announce``)."""
-    return bytes(ForkingPickler.dumps(("announce", name, announce)))
 
 
 class Receiver:
@@ -312,14 +387,15 @@ class Receiver:
     One thread per process that sends here, blocked in a read of its pipe (no poll, no
     selector): each record is taken as it comes, and reads the newest slot of its output, so
     a reader that falls behind skips to the latest message (proc.latest-value). A thread ends
-    when its sender's process closes the pipe (it stopped, or died).
+    when its sender's process closes the pipe (it stopped, or died: an end of file), and
+    then closes its end and drops its rings. Anything else that goes wrong in it (an
+    ``OSError`` fetching a ring's descriptor, out of descriptors) is this process's, not the
+    sender's: it stops the run with ``MujouInternalError``, as in the engine's own threads.
     """
 
     def __init__(self, engine: Engine, standins: Standins, connections: Sequence[Connection]) -> None:
         self.engine = engine
         self.standins = standins
-        self._readers: dict[str, RingReader] = {}
-        self._published: dict[str, int] = {}  # the number of the latest message published
         self._stopped = False
         self._threads = [
             threading.Thread(target=self._main, args=(connection,), name="mujou-ports-in", daemon=True)
@@ -334,35 +410,56 @@ class Receiver:
         """Publish nothing more (the threads end with their senders' pipes)."""
         self._stopped = True
 
-    def _main(self, connection: Connection) -> None:
-        while True:
-            try:
-                record = pickle.loads(connection.recv_bytes())
-            except (EOFError, OSError):
-                return  # the sender's process ended
-            if self._stopped:
-                continue
-            if record[0] == "announce":
-                _, name, announce = record
-                reader = self._readers.get(name)
-                if reader is None:
-                    self._readers[name] = RingReader(announce)
-                else:
-                    reader.reannounce(announce)
-                continue
-            self._publish(*record)
+    def close(self, timeout: float) -> None:
+        """Publish nothing more, and wait up to ``timeout`` seconds for the threads to end
+        (each ends, closing its end and dropping its rings, once its sender's end closed)."""
+        self._stopped = True
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            if thread.ident is not None and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _publish(self, name: str) -> None:
+    def _main(self, connection: Connection) -> None:
+        readers: dict[str, RingReader] = {}  # this sender's outputs' rings
+        published: dict[str, int] = {}  # the number of the latest message published, by output
+        try:
+            while True:
+                try:
+                    data = connection.recv_bytes()
+                except EOFError:
+                    return  # the sender's process closed its end: it stopped, or died
+                if self._stopped:
+                    continue  # not unpickled: an announcement would fetch a descriptor
+                record = pickle.loads(data)
+                if record[0] == "announce":
+                    _, name, announce = record
+                    reader = readers.get(name)
+                    if reader is None:
+                        readers[name] = RingReader(announce)
+                    else:
+                        reader.reannounce(announce)
+                    continue
+                self._publish(readers, published, *record)
+        except BaseException as exc:
+            if not self._stopped and not self.engine.ended:
+                self.engine.crashed(NO_HOLDER, exc, exits=False)
+        finally:
+            for reader in readers.values():
+                reader.close()
+            readers.clear()
+            connection.close()
+
+    def _publish(self, readers: dict[str, RingReader], published: dict[str, int], name: str) -> None:
         """Publish the newest slot of ``name``, unless it is out already."""
-        reader = self._readers[name]
+        reader = readers[name]
         got = reader.latest()
         if got is None:
             return
         slot_number, stamp, tensors = got
-        if slot_number <= self._published.get(name, 0):
+        if slot_number <= published.get(name, 0):
             return  # published already, by an earlier record that found it newest
         rest = unpacked_rest(tensors.pop()) if reader.structured else None
-        self._published[name] = slot_number
+        published[name] = slot_number
         message, nest = joined(tensors, rest)
         if not self.engine.ended:
             self.standins.publish(self.engine, name, message, nest, stamp=stamp, number=slot_number)
