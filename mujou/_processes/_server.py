@@ -10,9 +10,11 @@ and ``_child.main`` applies the host's environment of the moment.
 
 The server is Mujou's own, not ``multiprocessing``'s global one: ``set_forkserver_preload``
 is process-wide, so preloading torch there would override the preload list of a program that
-uses the forkserver itself (or be ignored where its server already runs), and the global
-server imports ``__main__`` by default, which would run the user's script once more, at the
-moment of the first run. The server lives until the host's process ends.
+uses the forkserver itself (or be ignored where its server already runs: Python 3.14 starts
+it for any ``multiprocessing.Process`` on Linux). Its preload leaves out ``__main__``, which
+the global one names (inert up to 3.13, where CPython passes the server no main path): each
+process imports the main script anew, as with ``spawn``. The server lives until the host's
+process ends.
 
 Elsewhere (macOS, where forking a process that loaded system frameworks is unsafe; Windows,
 which has no fork) the processes start with ``spawn``. So does a host whose server would
