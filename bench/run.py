@@ -18,8 +18,8 @@ Each measurement runs in a fresh process (``python -m bench._one``); the repeats
 interleaved (all systems once, then all again), so that a slow minute of the machine does
 not fall on one system only. Writes ``DIR/results.jsonl`` (the machine, then one object per
 system × workload × repeat, then the medians and the targets) and ``DIR/results.md`` (the
-tables), and prints the tables. The default run takes about 22 minutes on 2 cores (7 of them the
-workloads of processes), ``--quick`` about 6.
+tables), and prints the tables. The default run takes about 24 minutes on 2 cores (9 of them the
+workloads of processes), ``--quick`` about 7.
 """
 
 from __future__ import annotations
@@ -998,7 +998,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="one short repeat (about 6 minutes)")
+    parser.add_argument("--quick", action="store_true", help="one short repeat (about 7 minutes)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results", help="where to write the results")
     parser.add_argument("--repeats", type=int, help="repeats of each measurement (default 3, --quick 1)")
     parser.add_argument(

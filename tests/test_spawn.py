@@ -9,9 +9,13 @@ one off Linux.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import re
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,6 +73,53 @@ def test_a_process_is_a_fork_of_the_server_started_as_spawn_starts_one(
     assert state["environ"] == "set after the server started"
     assert state["method"] == "spawn"
     assert state["parent"] == server.pid != os.getpid()
+
+
+class Talker(mujou.Node):
+    """Writes a line to its standard output and one to its standard error in ``on_start``."""
+
+    def on_start(self) -> None:
+        print(f"out of {os.getpid()}", flush=True)
+        print(f"err of {os.getpid()}", file=sys.stderr, flush=True)
+
+
+class Talkers(mujou.Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.talker = Talker()
+
+
+@contextlib.contextmanager
+def redirected(fd: int, path: Path) -> Iterator[None]:
+    """Descriptor ``fd`` of this process is the file ``path`` for the block."""
+    saved = os.dup(fd)
+    with path.open("w") as file:
+        os.dup2(file.fileno(), fd)
+    try:
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+@pytest.mark.filterwarnings("ignore::mujou.OversubscriptionWarning")
+def test_a_process_writes_where_the_host_writes_when_the_run_starts(tmp_path: Path) -> None:
+    """The host's descriptors 1 and 2 point elsewhere than when the server started: a
+    process of the run writes to the new ones. Planted: ``Streams.take`` a no-op, and this
+    fails (the lines go where the host's streams went when the server started)."""
+    with hang_guard(HANG_GUARD):
+        _server.method()  # the server runs before the redirection
+        net = Talkers()
+        processes = {"p": net.talker}
+        with (
+            redirected(1, tmp_path / "out"),
+            redirected(2, tmp_path / "err"),
+            mujou.run(net, timer=mujou.VirtualTimer(), workers=1, processes=processes),
+        ):
+            pass
+    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
+    assert re.fullmatch(r"out of \d+\n", out), out
+    assert re.search(r"^err of \d+$", err, re.MULTILINE), err
 
 
 @linux_only

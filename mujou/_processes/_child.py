@@ -27,6 +27,7 @@ from .._timer import RealTimeTimer, Timer, VirtualTimer
 from . import _codec as codec
 from ._member import Member, describe
 from ._pack import Packed, place, unpack
+from ._server import Streams
 from ._spin import SPIN, poller
 from ._tracing import TraceForwarder
 from ._wire import Pipe
@@ -74,17 +75,19 @@ def main(
     wake_in: list[Connection],
     *,
     environ: dict[str, str],
+    streams: Streams,
 ) -> None:
     """The process's life: build, then serve the host's commands until it says exit.
 
     Under the virtual timer a worker's thread serves them, as worker 0 while it waits for the
-    engine (NOTE [ a lent worker ] in ``_engine._threads``). ``environ`` is the host's
-    environment when the run started: a process forked from Mujou's server has the server's
-    (proc.start-method).
+    engine (NOTE [ a lent worker ] in ``_engine._threads``). ``environ`` and ``streams``
+    are the host's environment, standard output and error when the run started: a process
+    forked from Mujou's server has the server's (proc.start-method).
     """
     if os.environ != environ:
         os.environ.clear()
         os.environ.update(environ)
+    streams.take()
     # The host's Ctrl-C reaches every process of the terminal's group: the host alone
     # handles it (run.interrupt), by stopping the run, which stops this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

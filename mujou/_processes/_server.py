@@ -31,7 +31,9 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from multiprocessing import reduction
 from multiprocessing.connection import Connection
+from multiprocessing.context import get_spawning_popen
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -64,11 +66,16 @@ class _Choice:
             return multiprocessing.get_context("spawn")
         self.server = _Server()
         context = _ServerContext()
-        if _probe(context) != imported_files():
-            self.server.stop()
-            self.server = None
-            return multiprocessing.get_context("spawn")
-        return context
+        try:
+            kept = _probe(context) == imported_files()
+        except BaseException:  # an interrupt while the server starts: none is left
+            kept = False
+            raise
+        finally:
+            if not kept:
+                self.server.stop()
+                self.server = None
+        return context if kept else multiprocessing.get_context("spawn")
 
 
 CHOICE = _Choice()
@@ -90,6 +97,43 @@ def imported_files() -> tuple[str | None, str | None]:
     import mujou
 
     return torch.__file__, mujou.__file__
+
+
+class HostStreams:
+    """The host's standard output and error as they are when a process starts, for it to write
+    there: a fork of the server has the server's, those the host had when the server started
+    (before a redirection, or a test's capture). In the process, a ``Streams``."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        popen = get_spawning_popen()
+        if getattr(popen, "method", None) != "forkserver":  # spawned: it has the host's
+            return (Streams, ())
+        return (Streams, tuple(_dup_for_child(fd) for fd in (1, 2)))
+
+
+def _dup_for_child(fd: int) -> Any:
+    """The host's ``fd`` for the process being started, None where it is not open."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        return None
+    return reduction.DupFd(fd)
+
+
+class Streams:
+    """``HostStreams`` in the process: the host's descriptors 1 and 2, if it needs them."""
+
+    def __init__(self, *duplicates: Any) -> None:
+        self._duplicates = duplicates
+
+    def take(self) -> None:
+        """Make this process's descriptors 1 and 2 the host's."""
+        for target, duplicate in zip((1, 2), self._duplicates, strict=False):
+            if duplicate is not None:
+                fd = duplicate.detach()
+                if fd != target:
+                    os.dup2(fd, target)
+                    os.close(fd)
 
 
 def _report(connection: Connection) -> None:
@@ -122,7 +166,7 @@ def _probe(context: ForkServerContext) -> tuple[str | None, str | None] | None:
 
 if sys.platform == "linux":
     from multiprocessing import context as _context
-    from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
+    from multiprocessing import forkserver, popen_forkserver, spawn, util
 
     class _Server(forkserver.ForkServer):
         """A fork server of Mujou's own, which imported ``PRELOAD`` (and not ``__main__``)."""

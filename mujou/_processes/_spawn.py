@@ -23,7 +23,7 @@ from ._child import Setup, main
 from ._group import Group
 from ._pack import pack
 from ._placement import HOST, Placement
-from ._server import start_context
+from ._server import HostStreams, start_context
 from ._wire import Pipe
 
 Spawned = tuple[dict[str, Group], dict[str, Pipe], list[Connection]]
@@ -86,7 +86,7 @@ def spawn(
         process = context.Process(
             target=main,
             args=(setup, control_child, events_child, wake_out, wake_in),
-            kwargs={"environ": dict(os.environ)},
+            kwargs={"environ": dict(os.environ), "streams": HostStreams()},
             name=f"mujou-{name}",
         )
         process.start()
