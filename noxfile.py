@@ -185,9 +185,9 @@ def install(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Mujou and its peers side by side (see bench/RESULTS.md): about 22 minutes on 2 cores.
+    """Mujou and its peers side by side (see bench/RESULTS.md): about 24 minutes on 2 cores.
 
-    ``nox -s bench -- --quick`` takes about 6 minutes. The results go to bench-results/.
+    ``nox -s bench -- --quick`` takes about 7 minutes. The results go to bench-results/.
     """
     _install(session, "test")
     # The peers where they install (the table says "not installable here" otherwise); the

@@ -429,3 +429,20 @@ def idle_on(make: Callable[[list[tuple[float, Update]]], Runner], seconds: float
     window.stop()
     runner.stop()
     return idle_metrics(window.cpu, window.wall, counter.count - done)
+
+
+START_STOP_PROCESSES = 2  # the processes each run of start-stop-2p starts and stops
+
+
+def start_stop_metrics(starts: Sequence[float], stops: Sequence[float]) -> Metrics:
+    """The start-stop-2p figures of ``runs`` starts and stops (seconds each): p50 and the
+    largest, and the first start apart (Mujou's includes starting its fork server)."""
+    ordered_starts, ordered_stops = sorted(starts), sorted(stops)
+    return {
+        "runs": len(starts),
+        "start_first_s": starts[0],
+        "start_p50_s": percentile(ordered_starts, 0.5),
+        "start_max_s": ordered_starts[-1],
+        "stop_p50_s": percentile(ordered_stops, 0.5),
+        "stop_max_s": ordered_stops[-1],
+    }

@@ -23,6 +23,7 @@ from ._common import (
     DISPATCH_PERIOD,
     FLEET_PROCESSES_N,
     PYTHON_STEPS,
+    START_STOP_PROCESSES,
     VIRTUAL_PERIOD,
     WARM_UP,
     Metrics,
@@ -30,6 +31,7 @@ from ._common import (
     open_fds,
     python_work,
     shm_segments,
+    start_stop_metrics,
 )
 
 # -- cross-process: one sender, one triggered reader in another process -----------------------
@@ -246,6 +248,53 @@ def soak(seconds: float, nbytes: int = 65536, resize_every: int = 1000) -> Metri
         "shm_last": last[2],
         "shm_max": max(s[2] for s in samples),
     }
+
+
+# -- start-stop-2p: a run over two processes, started and stopped again and again --------------
+
+
+class Idle(Node):
+    """Periodic (10 ms), sends a small tensor to the next: a node with nothing to compute."""
+
+    x = Input()
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.01, seed=0)
+
+    def on_update(self, dt: float) -> None:
+        self.y.send(torch.zeros(1), copy=False)
+
+
+class Ring(Net):
+    """``START_STOP_PROCESSES`` idle nodes in a ring, each to be placed in a process of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes_ = mujou.NodeList(Idle() for _ in range(START_STOP_PROCESSES))
+        for i, node in enumerate(self.nodes_):
+            self.connect(self.nodes_[i - 1].y, node.x)
+
+
+def start_stop(runs: int) -> Metrics:
+    """``runs`` times: ``mujou.run`` with each node in a process of its own (start: until it
+    returns, the timers going), 50 ms of running, then ``run.stop()`` (stop: until it returns,
+    every process exited)."""
+    starts: list[float] = []
+    stops: list[float] = []
+    for _ in range(runs):
+        net = Ring()
+        processes = {f"p{i}": node for i, node in enumerate(net.nodes_)}
+        began = time.perf_counter()
+        run = mujou.run(net, workers=1, processes=processes)
+        starts.append(time.perf_counter() - began)
+        run.sleep(0.05)
+        began = time.perf_counter()
+        run.stop()
+        stops.append(time.perf_counter() - began)
+        if multiprocessing.active_children():
+            raise RuntimeError(f"processes left after stop(): {multiprocessing.active_children()}")
+    return start_stop_metrics(starts, stops)
 
 
 def describe() -> dict[str, Any]:

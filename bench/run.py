@@ -10,15 +10,16 @@ under the virtual timer); and those of processes (``mujou.run(net, processes=...
 cross-process-256B, cross-process-64KiB, cross-process-1MiB (send to read, a sender in one
 process and a triggered reader in another), fleet-processes (Python-bound nodes in one
 process, then over two), tags-virtual-2p (virtual-timer tags per second with a node in each
-of two processes) and soak (the hand-off for ``--soak-seconds``, counting the descriptors
-and shared-memory segments).
+of two processes), start-stop-2p (the start and the stop of a run over two processes, beside a
+bare multiprocessing spawn of two processes that import torch) and soak (the hand-off for
+``--soak-seconds``, counting the descriptors and shared-memory segments).
 
 Each measurement runs in a fresh process (``python -m bench._one``); the repeats are
 interleaved (all systems once, then all again), so that a slow minute of the machine does
 not fall on one system only. Writes ``DIR/results.jsonl`` (the machine, then one object per
 system × workload × repeat, then the medians and the targets) and ``DIR/results.md`` (the
-tables), and prints the tables. The default run takes about 22 minutes on 2 cores (7 of them the
-workloads of processes), ``--quick`` about 6.
+tables), and prints the tables. The default run takes about 24 minutes on 2 cores (9 of them the
+workloads of processes), ``--quick`` about 7.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class Durations:
     fleet_processes: float = 3.0  # each of its two runs (one process, two)
     tags: float = 2.0  # each of the two runs of tags-virtual-2p
     soak: float = 10.0  # the soak (--soak-seconds); run once, not repeated
+    start_stops: int = 10  # the runs started and stopped in each start-stop-2p case
 
 
 FULL = Durations(
@@ -116,7 +118,9 @@ QUICK = Durations(
     fleet_processes=1.5,
     tags=1.0,
     soak=5.0,
+    start_stops=5,
 )
+START_STOP_LIMIT = 30.0  # seconds more of a start-stop-2p case's limit per run (spawn: seconds a run)
 SLOW = 20.0  # a run that took longer than this (set-up) is not repeated: its one run is its median
 
 
@@ -136,8 +140,9 @@ TRIGGER_WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 # The workloads of processes: workload -> message size in bytes (the cross-process hand-off).
 CROSS_WORKLOADS = {"cross-process-256B": 256, "cross-process-64KiB": 65536, "cross-process-1MiB": 1 << 20}
-PROCESS_WORKLOADS = (*CROSS_WORKLOADS, "fleet-processes", "tags-virtual-2p", "soak")
-MEASURED_LONG = {"fleet_processes", "tags_virtual", "soak"}  # over SLOW by their own length: repeated
+PROCESS_WORKLOADS = (*CROSS_WORKLOADS, "fleet-processes", "tags-virtual-2p", "start-stop-2p", "soak")
+# Over SLOW by their own length: repeated.
+MEASURED_LONG = {"fleet_processes", "tags_virtual", "start_stop", "soak"}
 
 
 @dataclass(frozen=True)
@@ -208,15 +213,19 @@ def plan_processes(durations: Durations, systems: list[str]) -> list[Case]:
     fleet = {"seconds": durations.fleet_processes}
     tags = {"seconds": durations.tags}
     soak = {"seconds": durations.soak}
+    starts = {"runs": durations.start_stops}
+    starts_limit = limit + START_STOP_LIMIT * durations.start_stops
     for system in systems:
         if system == MUJOU_1:
             found.append(Case(system, "fleet-processes", "fleet_processes", fleet, limit, "mujou_processes"))
             found.append(Case(system, "tags-virtual-2p", "tags_virtual", tags, limit, "mujou_processes"))
+            found.append(Case(system, "start-stop-2p", "start_stop", starts, starts_limit, "mujou_processes"))
             found.append(Case(system, "soak", "soak", soak, limit + durations.soak, "mujou_processes"))
         elif system == TORCH_MP:
             found.append(Case(system, "fleet-processes", "fleet_processes", fleet, limit))
         elif system == FLOOR:
             found.append(Case(system, "tags-virtual-2p", "tags_virtual", tags, limit))
+            found.append(Case(system, "start-stop-2p", "start_stop", starts, starts_limit))
     return found
 
 
@@ -689,6 +698,15 @@ def process_targets(results: Results, systems: list[str]) -> list[Target]:
             (m["two_processes_tags_per_second"] >= 20_000) if m else None,
         )
     )
+    m = _median(results, MUJOU_1, "start-stop-2p")
+    found.append(
+        Target(
+            "Start and stop of a run over two processes: start p50 ≤ 1 s, stop p50 ≤ 0.3 s",
+            _format("start-stop-2p", m) if m else "—",
+            _peer_cells(results, systems, "start-stop-2p"),
+            (m["start_p50_s"] <= 1.0 and m["stop_p50_s"] <= 0.3) if m else None,
+        )
+    )
     return found
 
 
@@ -742,6 +760,11 @@ def _format(workload: str, m: dict[str, Any]) -> str:
         return (
             f"{_rate(m['two_processes_tags_per_second'])} (one process: "
             f"{_rate(m['one_process_tags_per_second'])})"
+        )
+    if workload == "start-stop-2p":
+        return (
+            f"{_ms(1e3 * m['start_p50_s'])} / {_ms(1e3 * m['stop_p50_s'])} (first start "
+            f"{_ms(1e3 * m['start_first_s'])}, {m['runs']:.0f} runs)"
         )
     if workload == "soak":
         return (
@@ -801,13 +824,22 @@ def processes_section(
         "8 always-due nodes in a ring, each update about 200 µs of pure-Python arithmetic, in one "
         "process, then 4 in each of two; updates per second over "
         f"{durations.fleet_processes:g} s each. Tags: two 1 ms nodes exchanging a message at "
-        f"every tag under the virtual timer, wall-clock tags per second over {durations.tags:g} s.",
+        f"every tag under the virtual timer, wall-clock tags per second over {durations.tags:g} s. "
+        f"Start / stop: {durations.start_stops} times, a run with each of two 10 ms nodes in a "
+        "process of its own: start until `mujou.run` returns, stop until `run.stop()` returns "
+        "(every process exited), p50 (the first start apart: Mujou's starts its fork server); "
+        "the floor's row: a bare `multiprocessing` spawn of two processes that import torch and "
+        "reply once, then exit when told.",
         "",
     ]
     header = ["system", *(f"hand-off, {w.rsplit('-', 1)[1]}: p50 / p99" for w in CROSS_WORKLOADS)]
-    header += ["Python-bound fleet: one process → two", "virtual tags / s, two processes"]
+    header += [
+        "Python-bound fleet: one process → two",
+        "virtual tags / s, two processes",
+        "start / stop, two processes: p50",
+    ]
     lines += [_row(header), _row(["---"] * len(header))]
-    shown = (*CROSS_WORKLOADS, "fleet-processes", "tags-virtual-2p")
+    shown = (*CROSS_WORKLOADS, "fleet-processes", "tags-virtual-2p", "start-stop-2p")
     for system in systems:
         if not any((system, workload) in results for workload in shown):
             continue
@@ -966,7 +998,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="one short repeat (about 6 minutes)")
+    parser.add_argument("--quick", action="store_true", help="one short repeat (about 7 minutes)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results", help="where to write the results")
     parser.add_argument("--repeats", type=int, help="repeats of each measurement (default 3, --quick 1)")
     parser.add_argument(

@@ -18,6 +18,9 @@ in the same run, so that a target can be read against it.
   to the other through a pipe, and waits for the other's. One pipe round trip per tag: the
   barrier that a tag across two processes needs. Its "one process" figure: both updates
   back to back, with no pipe.
+- ``start_stop``: the reference of start-stop-2p: a bare ``multiprocessing`` spawn of two
+  processes that import torch (this module) and reply once; start until both replied, stop from
+  asking them to exit until both are joined.
 """
 
 from __future__ import annotations
@@ -31,7 +34,16 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from .._common import CROSS_PERIOD, WARM_UP, Metrics, cross_metrics, round_trips, stamped_messages
+from .._common import (
+    CROSS_PERIOD,
+    START_STOP_PROCESSES,
+    WARM_UP,
+    Metrics,
+    cross_metrics,
+    round_trips,
+    stamped_messages,
+    start_stop_metrics,
+)
 
 READY_TIMEOUT = 60.0  # seconds for a spawned process to import torch and start
 _VALUE = struct.Struct("q")
@@ -165,3 +177,39 @@ def _one_process(seconds: float) -> float:
         count += 1
         mine, theirs = _volley(count, theirs), _volley(count, mine)
     return count / (time.perf_counter() - began)
+
+
+def _reply_once(connection: Any) -> None:
+    """Reply once imported (torch with this module), then wait to be told to exit."""
+    connection.send("ready")
+    connection.recv()
+
+
+def start_stop(runs: int) -> Metrics:
+    """``runs`` times: spawn the processes, wait for each one's reply; tell them to exit, join them."""
+    context = mp.get_context("spawn")
+    starts: list[float] = []
+    stops: list[float] = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        started = []
+        for _ in range(START_STOP_PROCESSES):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_reply_once, args=(theirs,), daemon=True)
+            process.start()
+            theirs.close()
+            started.append((process, ours))
+        for _, ours in started:
+            if not ours.poll(READY_TIMEOUT):
+                raise RuntimeError(f"a spawned process did not reply within {READY_TIMEOUT} s")
+            ours.recv()
+        starts.append(time.perf_counter() - began)
+        time.sleep(0.05)
+        began = time.perf_counter()
+        for _, ours in started:
+            ours.send("exit")
+        for process, ours in started:
+            process.join(READY_TIMEOUT)
+            ours.close()
+        stops.append(time.perf_counter() - began)
+    return start_stop_metrics(starts, stops)

@@ -11,6 +11,7 @@ the process stops its nodes and exits (proc.cleanup).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from . import _codec as codec
 from ._group import NUMBER as _NUMBER
 from ._member import Member, describe
 from ._pack import Packed, place, unpack
+from ._server import Streams
 from ._spin import SPIN, poller
 from ._tracing import TraceForwarder
 from ._wire import Pipe
@@ -79,18 +81,29 @@ def main(
     events_connection: Connection,
     wake_out: dict[str, Connection],
     wake_in: list[Connection],
+    *,
+    environ: dict[str, str],
+    streams: Streams,
 ) -> None:
     """The process's life: build, then serve the host's commands until it says exit.
 
     Under the virtual timer a worker's thread serves them, as worker 0 while it waits for the
-    engine (NOTE [ a lent worker ] in ``_engine._threads``).
+    engine (NOTE [ a lent worker ] in ``_engine._threads``). ``environ`` and ``streams``
+    are the host's environment, standard output and error when the run started: a process
+    forked from Mujou's server has the server's (proc.start-method).
     """
+    if os.environ != environ:
+        os.environ.clear()
+        os.environ.update(environ)
+    streams.take()
     # The host's Ctrl-C reaches every process of the terminal's group: the host alone
     # handles it (run.interrupt), by stopping the run, which stops this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(setup.torch_threads)
     torch.set_default_dtype(setup.default_dtype)
-    torch.use_deterministic_algorithms(setup.deterministic)
+    if torch.are_deterministic_algorithms_enabled() != setup.deterministic:
+        # Only when it changes: the call imports torch._inductor's config, seconds.
+        torch.use_deterministic_algorithms(setup.deterministic)
     if not _lends(setup):
         _serve(setup, control, events_connection, wake_out, wake_in)
         return

@@ -4,11 +4,14 @@ Each process gets its nodes packed (``_pack``), the links among them, which of i
 sources elsewhere and which of its outputs are read elsewhere, the host's torch settings, and
 its ends of the wake pipes: one pipe for each pair of processes where one sends to the other
 (proc.wake). The host keeps the control and events connections of each (``Group``).
+
+The processes start from Mujou's own fork server where there is one (``_server``), else with
+``spawn``.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
@@ -20,6 +23,7 @@ from ._child import Setup, main
 from ._group import Group
 from ._pack import pack
 from ._placement import HOST, Placement
+from ._server import HostStreams, start_context
 from ._wire import Pipe
 
 Spawned = tuple[dict[str, Group], dict[str, Pipe], list[Connection]]
@@ -38,7 +42,7 @@ def spawn(
 ) -> Spawned:
     """Start each group's process. Each group's first reply (its nodes rebuilt, or why not)
     is still to come: ``Group.built``."""
-    context = multiprocessing.get_context("spawn")
+    context = start_context()
     names = [HOST, *placement.groups]
     readers_of = {
         name: {p for readers in placement.outgoing[name].values() for p in readers} for name in names
@@ -82,6 +86,7 @@ def spawn(
         process = context.Process(
             target=main,
             args=(setup, control_child, events_child, wake_out, wake_in),
+            kwargs={"environ": dict(os.environ), "streams": HostStreams()},
             name=f"mujou-{name}",
         )
         process.start()
