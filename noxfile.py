@@ -8,6 +8,7 @@ CPU build (``2.13.0+cpu``), as on a machine whose pip finds that build on its di
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -181,6 +182,24 @@ def install(session: nox.Session) -> None:
     session.run(python, *NO_WARNINGS, str(script), external=True)
     session.chdir(REPO)
     shutil.rmtree(tmp)
+
+
+@nox.session
+def chaos(session: nox.Session) -> None:
+    """The chaos suite alone (conformance/test_chaos.py), two trials at a time.
+
+    ``nox -s chaos -- --trials N --seed S`` runs the trials of seeds S to S+N-1 (200 from 0
+    unless told; the conformance session runs 12, one of each fault). Each trial is one fault
+    in a random small net with processes, in an interpreter of its own; about 10 s each on 2
+    cores. Other arguments go to pytest.
+    """
+    parser = argparse.ArgumentParser(prog="nox -s chaos --")
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    options, rest = parser.parse_known_args(session.posargs)
+    _install(session, "test")
+    env = {"MUJOU_CHAOS_TRIALS": str(options.trials), "MUJOU_CHAOS_SEED": str(options.seed)}
+    session.run("pytest", "-n", "2", "conformance/test_chaos.py", *rest, env=env)
 
 
 @nox.session
