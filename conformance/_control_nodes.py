@@ -39,7 +39,8 @@ class Unloadable:
 class Logged(Node):
     """Periodic; appends one line to the file ``path`` for each update ("update") and for its
     ``on_stop`` ("stop"). At its update number ``act_at`` it does ``act``: "kill" (SIGKILL of
-    its own process), "sigstop" (SIGSTOP of its own process), "raise" (a ValueError),
+    its own process), "sigstop" (SIGSTOP of its own process), "vanish" (see ``_vanish``),
+    "raise" (a ValueError),
     "block" (waits for the file ``path + '.go'``, at most 30 s, after writing
     ``path + '.entered'``; then writes ``path + '.finished'``) or nothing ("")."""
 
@@ -65,6 +66,8 @@ class Logged(Node):
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.act == "sigstop":
             os.kill(os.getpid(), signal.SIGSTOP)
+        elif self.act == "vanish":
+            threading.Thread(target=self._vanish, daemon=True).start()
         elif self.act == "raise":
             raise ValueError(f"update {self.updates} raised")
         elif self.act == "block":
@@ -78,6 +81,18 @@ class Logged(Node):
 
     def on_stop(self) -> None:
         self._log("stop")
+
+    def _vanish(self) -> None:
+        """A moment after this update (its tag answered): fork a process that holds this
+        one's connections open (its pid in ``path + '.holder'``, it exits within a minute),
+        then SIGKILL this one: its death shows by no end of file, only by its exit."""
+        time.sleep(0.3)
+        holder = os.fork()
+        if holder == 0:
+            time.sleep(60.0)
+            os._exit(0)
+        Path(self.path + ".holder").write_text(str(holder))
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def log_of(path: Path) -> list[str]:
