@@ -7,6 +7,7 @@ test's ``tmp_path``, whose paths the nodes hold: they outlive the process.
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import signal
 import threading
@@ -34,6 +35,24 @@ class Unloadable:
 
     def __reduce__(self) -> tuple[Any, tuple[int]]:
         return _refuse_outside, (os.getpid(),)
+
+
+def _mark_exit_outside(host: int, path: str) -> ExitMarker:
+    """Rebuilds an ``ExitMarker``: outside process ``host``, ``path`` is written when this
+    process exits normally (multiprocessing's exit finalizers; not when it is killed)."""
+    if os.getpid() != host:
+        multiprocessing.util.Finalize(None, Path(path).write_text, args=("exited",), exitpriority=0)
+    return ExitMarker(path)
+
+
+class ExitMarker:
+    """An attribute that makes the process it is rebuilt in write a file at its normal exit."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, tuple[int, str]]:
+        return _mark_exit_outside, (os.getpid(), self.path)
 
 
 class Logged(Node):
@@ -128,6 +147,14 @@ class Gate(Node):
 
     def on_stop(self) -> None:
         self.stopped = True
+
+
+class ExitsNormally(Logged):
+    """A ``Logged`` whose process writes ``path + '.exited'`` if it exits by itself."""
+
+    def __init__(self, path: str, dedicated_thread: bool = False) -> None:
+        super().__init__(path, dedicated_thread=dedicated_thread)
+        self.exit_marker = ExitMarker(path + ".exited")
 
 
 class Carrier(Node):

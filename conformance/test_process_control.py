@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _control_nodes import Carrier, Gate, LockedState, Logged, Unloadable, log_of
+from _control_nodes import Carrier, ExitsNormally, Gate, LockedState, Logged, Unloadable, log_of
 from _support import HANG_GUARD, TEST_HANG_GUARD, Bag, hang_guard, vt, wait_until
 
 import mujou
@@ -216,9 +216,10 @@ def test_a_process_that_cannot_rebuild_its_nodes_fails_the_start_whole(
     """#2: the healthy process has a dedicated_thread node; the other cannot rebuild its node.
     ``mujou.run`` raises the rebuild error, and no process is left. Planted: ``Engine.abort``
     of an unstarted engine leaving its policy running (today's main): the healthy process's
-    final state waits for a thread that never started, and ``mujou.run`` hangs."""
+    final state waits for a thread that never started, and ``mujou.run`` hangs (on today's
+    main), or the process is killed after the grace period (here): no file of its exit."""
     good = tmp_path / "good"
-    net: Any = Bag(good=Logged(str(good), dedicated_thread=True), bad=Carrier(Unloadable()))
+    net: Any = Bag(good=ExitsNormally(str(good), dedicated_thread=True), bad=Carrier(Unloadable()))
     # Two processes start and end here: slow on a busy machine, and a hang is for ever.
     with (
         hang_guard(TEST_HANG_GUARD - 5),
@@ -227,6 +228,7 @@ def test_a_process_that_cannot_rebuild_its_nodes_fails_the_start_whole(
         mujou.run(net, timer=vt(), processes={"good": net.good, "bad": net.bad})
     assert children() == []
     assert not good.exists()  # no hook ran
+    assert Path(f"{good}.exited").exists()  # it ended by itself: not killed after a grace period
 
 
 # --- stopped processes --------------------------------------------------------------------------
