@@ -7,6 +7,7 @@ test's ``tmp_path``, whose paths the nodes hold: they outlive the process.
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import signal
 import threading
@@ -36,10 +37,29 @@ class Unloadable:
         return _refuse_outside, (os.getpid(),)
 
 
+def _mark_exit_outside(host: int, path: str) -> ExitMarker:
+    """Rebuilds an ``ExitMarker``: outside process ``host``, ``path`` is written when this
+    process exits normally (multiprocessing's exit finalizers; not when it is killed)."""
+    if os.getpid() != host:
+        multiprocessing.util.Finalize(None, Path(path).write_text, args=("exited",), exitpriority=0)
+    return ExitMarker(path)
+
+
+class ExitMarker:
+    """An attribute that makes the process it is rebuilt in write a file at its normal exit."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, tuple[int, str]]:
+        return _mark_exit_outside, (os.getpid(), self.path)
+
+
 class Logged(Node):
     """Periodic; appends one line to the file ``path`` for each update ("update") and for its
     ``on_stop`` ("stop"). At its update number ``act_at`` it does ``act``: "kill" (SIGKILL of
-    its own process), "sigstop" (SIGSTOP of its own process), "raise" (a ValueError),
+    its own process), "sigstop" (SIGSTOP of its own process), "vanish" (see ``_vanish``),
+    "raise" (a ValueError),
     "block" (waits for the file ``path + '.go'``, at most 30 s, after writing
     ``path + '.entered'``; then writes ``path + '.finished'``) or nothing ("")."""
 
@@ -65,6 +85,8 @@ class Logged(Node):
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.act == "sigstop":
             os.kill(os.getpid(), signal.SIGSTOP)
+        elif self.act == "vanish":
+            threading.Thread(target=self._vanish, daemon=True).start()
         elif self.act == "raise":
             raise ValueError(f"update {self.updates} raised")
         elif self.act == "block":
@@ -78,6 +100,18 @@ class Logged(Node):
 
     def on_stop(self) -> None:
         self._log("stop")
+
+    def _vanish(self) -> None:
+        """A moment after this update (its tag answered): fork a process that holds this
+        one's connections open (its pid in ``path + '.holder'``, it exits within a minute),
+        then SIGKILL this one: its death shows by no end of file, only by its exit."""
+        time.sleep(0.3)
+        holder = os.fork()
+        if holder == 0:
+            time.sleep(60.0)
+            os._exit(0)
+        Path(self.path + ".holder").write_text(str(holder))
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def log_of(path: Path) -> list[str]:
@@ -113,6 +147,14 @@ class Gate(Node):
 
     def on_stop(self) -> None:
         self.stopped = True
+
+
+class ExitsNormally(Logged):
+    """A ``Logged`` whose process writes ``path + '.exited'`` if it exits by itself."""
+
+    def __init__(self, path: str, dedicated_thread: bool = False) -> None:
+        super().__init__(path, dedicated_thread=dedicated_thread)
+        self.exit_marker = ExitMarker(path + ".exited")
 
 
 class Carrier(Node):

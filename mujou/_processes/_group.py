@@ -7,10 +7,15 @@ host's threads only hand a command to the writer and wait, with the engine's pol
 is seen within a poll and never cuts a frame, no lock spans two calls, and a reply whose
 waiter was interrupted is dropped by the reader (replies go by number).
 
-The reader watches the process's sentinel too: a death (SIGKILL, ``os._exit``), or a process
-stopped and then killed, fails every reply still awaited with the same ``ProcessError``
-(proc.died), also when no EOF ever comes. A failure another process describes becomes the
-host's exception here (proc.hook-error).
+The reader watches the process's exit too (NOTE [ a death ]): a death (SIGKILL, ``os._exit``),
+or a process stopped and then killed, fails every reply still awaited with the same
+``ProcessError`` (proc.died), also when no end of file ever comes. A failure another process
+describes becomes the host's exception here (proc.hook-error).
+
+NOTE [ a death ]
+A process's sentinel and its connections tell its end only once every copy of their ends is
+closed: a process that a node forked holds them open after its parent died. So the reader
+also looks at the exit status whenever nothing came for a poll.
 
 NOTE [ the control protocol ]
 A command is one frame: its number (8 bytes), its name and a NUL, then its arguments pickled,
@@ -252,7 +257,10 @@ class Group:
         taken = 0  # events handled
         open_: list[Any] = [control, events, sentinel]
         while control in open_ and sentinel in open_:
-            for ready in wait(open_):
+            ready_now = wait(open_, self.poll)
+            if not ready_now and self.process.exitcode is not None:  # NOTE [ a death ]
+                break
+            for ready in ready_now:
                 if ready is sentinel:
                     open_.remove(sentinel)
                     continue

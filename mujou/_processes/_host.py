@@ -403,10 +403,14 @@ class Processes:
             if not self.closed:
                 try:
                     self._end_groups()
+                except BaseException:  # interrupted, or a bug: still, no process is left behind
+                    self._kill_all()
+                    raise
                 finally:
                     self.host.close(wait=True)  # the host's forwarders, receiver and wake pipes
                     self.host.disconnect_standins()
                     self.mirrors.give_back()
+                    self._release_nodes()
                     self.closed = True
                     _live.discard(self)
                 for name, failure in self._stop_failures.items():  # the run's error, if first
@@ -450,6 +454,15 @@ class Processes:
             self._lost[name] = error
             self._stop_failures.setdefault(name, error)
 
+    def _release_nodes(self) -> None:
+        """The nodes of the processes are in no run any more (run.one-run-per-net): a net whose
+        run ended may run again at once, as in one process, where the end frees the nodes."""
+        engine = self.host.engine
+        for nodes in self.placement.groups.values():
+            for node in nodes:
+                if node._mujou.engine is engine:
+                    node._mujou.engine = None
+
     def _bounded(self, replies: Mapping[str, Reply]) -> list[str]:
         """Wait for ``replies`` at most ``EXIT_GRACE`` (all together): the groups that answered."""
         deadline = time.monotonic() + EXIT_GRACE
@@ -460,10 +473,13 @@ class Processes:
         return [name for name, reply in replies.items() if reply.done()]
 
     def _kill_all(self) -> None:
-        """The last resort of a teardown that failed: no process is left behind."""
+        """The last resort of an end that failed: no process is left behind."""
         for group in self.groups.values():
             with contextlib.suppress(BaseException):
                 group.kill()
+        for group in self.groups.values():
+            with contextlib.suppress(BaseException):
+                group.end(time.monotonic())
 
 
 @atexit.register
