@@ -117,12 +117,15 @@ class Workers:
     def _wake_idle(self, due: float, *, exact: bool = False) -> None:
         """Wake a worker that sleeps past ``due`` (or parks): updates due then are queued or shared.
 
+        One call of the policy may need two (a send that makes two nodes due at different
+        times: the worker woken for the first takes only it), so a second wakes every worker.
+
         So a hook that blocks never holds up an update another worker could run: the others
         were asleep until later work when these nodes came back or were shared. The watchers'
         longer waits (NOTE [ workers under the GIL ]) count as on time, unless the engine can
         probe the workers' CPU time: then a watcher wakes to look whether the hook waits.
         """
-        if self.virtual or self.wake_worker >= 0:
+        if self.virtual or self.wake_workers == 2:
             return
         late = due  # a watcher that can tell a waiting hook (the probe) looks now
         if not exact and (self.gil is None or self.gil.cpu_of is None):
@@ -132,7 +135,10 @@ class Workers:
             if until[w] > late:
                 until[w] = -math.inf
                 self.wake = True
-                self.wake_worker = w
+                if self.wake_worker < 0:
+                    self.wake_worker = w
+                elif self.wake_worker != w:  # a second in one call (a send made two due): all
+                    self.wake_workers = 2
                 return
 
     def next_for_worker(self, w: int, now: float, real: float) -> tuple[int, Any]:
