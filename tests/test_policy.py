@@ -26,7 +26,7 @@ from mujou._engine._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATC
 from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
-from mujou._engine._slot import START, STATE, Job, Slot, begin_update
+from mujou._engine._slot import START, STATE, STOP, Job, Slot, begin_update
 from mujou._ports import Input, Output
 
 STEPS = 3000  # steps of one random run before the stop
@@ -826,3 +826,47 @@ def test_of_the_failures_of_an_instant_the_earliest_registered_is_the_error() ->
     assert policy.quiescent(0.01)
     assert policy.end_instant() and policy.stopping
     assert policy.error is errors[0]
+
+
+def test_one_send_that_makes_two_nodes_due_wakes_a_worker_for_each() -> None:
+    """Found by the simulator with real arrivals: node 0 (on its own thread) sends at 0.02 to
+    node 1 (delay 0.005) and node 2; both workers sleep until 0.05. The worker woken for node
+    2, due at once, takes only it: a second one must wake for node 1 at 0.025, or node 1
+    waits for node 2's hook (or till 0.05) (threads.blocking-holds-worker)."""
+    slots = [
+        triggered_slot(0, 0.01, dedicated=True),
+        triggered_slot(1, 0.05, delay=0.005),
+        triggered_slot(2, math.inf),
+    ]
+    connect(slots[0], slots[1])
+    connect(slots[0], slots[2])
+    wire(slots)
+    policy = started_policy(slots, 2)
+    assert [policy.next_for_worker(w, 0.0, 0.0)[0] for w in (0, 1)] == [SLEEP, SLEEP]
+    policy.delivered()
+    slots[0].last = 0.02
+    send(policy, slots[0], 0.02, 1.0)
+    assert slots[2].due == 0.02 and slots[1].due == 0.025
+    assert policy.wake and policy.wake_worker >= 0 and policy.wake_workers == 2
+
+
+@pytest.mark.parametrize("job", [STATE, STOP])
+def test_a_dedicated_thread_that_exits_on_an_internal_error_forgets_its_node_jobs(job: str) -> None:
+    """Found by the simulator: the thread of a dedicated node crashed a second time (so it
+    exits) while the node's stop job, or a state job the host waits for, was queued for it;
+    nobody would ever run it: the run never ended, or the host waited forever. Its node gets
+    no more hooks, as a node a crashed thread held (run.internal-error)."""
+    slots = [triggered_slot(0, 0.01), triggered_slot(1, 0.01, dedicated=True)]
+    wire(slots)
+    policy = started_policy(slots, 1)
+    if job == STATE:
+        policy.pause()
+        policy.take_states()
+        assert policy.pending == 2
+    else:
+        policy.begin_stop()
+    assert [j.kind for j in slots[1].jobs] == [job]
+    policy.thread_crashed(policy.dedicated_holder(slots[1]), RuntimeError("internal"), exits=True)
+    assert slots[1].stopped and not slots[1].jobs and policy.holder[1] == 0
+    assert policy.pending == (1 if job == STATE else 0)  # the worker node's state job only
+    assert check(policy) == []

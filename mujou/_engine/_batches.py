@@ -114,15 +114,19 @@ class Workers:
         if self.paused or self.virtual:
             self._wake_host()
 
-    def _wake_idle(self, due: float, *, exact: bool = False) -> None:
+    def _wake_idle(self, due: float, *, exact: bool = False, another: bool = False) -> None:
         """Wake a worker that sleeps past ``due`` (or parks): updates due then are queued or shared.
+
+        With ``another`` a worker to wake besides one already asked for makes it wake every
+        worker: the arrivals of one message on the inputs of several nodes (``_arrivals``)
+        may make each due at its own time, and the worker woken for the first takes only it.
 
         So a hook that blocks never holds up an update another worker could run: the others
         were asleep until later work when these nodes came back or were shared. The watchers'
         longer waits (NOTE [ workers under the GIL ]) count as on time, unless the engine can
         probe the workers' CPU time: then a watcher wakes to look whether the hook waits.
         """
-        if self.virtual or self.wake_worker >= 0:
+        if self.virtual or self.wake_workers == 2 or (self.wake_worker >= 0 and not another):
             return
         late = due  # a watcher that can tell a waiting hook (the probe) looks now
         if not exact and (self.gil is None or self.gil.cpu_of is None):
@@ -132,7 +136,10 @@ class Workers:
             if until[w] > late:
                 until[w] = -math.inf
                 self.wake = True
-                self.wake_worker = w
+                if self.wake_worker < 0:
+                    self.wake_worker = w
+                elif self.wake_worker != w:
+                    self.wake_workers = 2
                 return
 
     def next_for_worker(self, w: int, now: float, real: float) -> tuple[int, Any]:

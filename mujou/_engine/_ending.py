@@ -6,7 +6,7 @@ Part of ``Policy`` (its base): a crash frees what the thread held and stops the 
 
 from __future__ import annotations
 
-from ._batches import FREE, Workers
+from ._batches import FREE, QUEUED_JOB, Workers
 from ._slot import STATE, STOP, Job, Slot
 
 
@@ -38,7 +38,8 @@ class Ending(Workers):
     def thread_crashed(self, holder: int, error: BaseException, *, exits: bool) -> bool:
         """Thread ``holder`` hit ``error`` (an internal error): forget what it held, and stop.
 
-        The nodes it held get no more hooks, on_stop included: their state is unknown. When it
+        The nodes it held get no more hooks, on_stop included: their state is unknown; nor does
+        the node of a dedicated thread that exits (its queued jobs are forgotten). When it
         ``exits`` (else it goes on, to run the other nodes' stop jobs), returns whether it was
         the last thread.
         """
@@ -71,6 +72,14 @@ class Ending(Workers):
                 self._forget_job(slot, Job(STATE))
             else:
                 self.busy -= 1
+        if exits and self.workers < holder < self.state_holder:  # a dedicated node's own thread
+            slot = self.slots[holder - self.workers - 1]  # Policy.dedicated_holder
+            for job in slot.jobs:  # its jobs would never run: nobody waits for them
+                self._forget_job(slot, job)
+            slot.jobs.clear()
+            if self.holder[slot.index] == QUEUED_JOB:
+                self.holder[slot.index] = FREE
+            slot.stopped = True
         if self.workers_alive == 0:  # worker jobs would never run
             for slot, job in self.jobs:
                 self.holder[slot.index] = FREE

@@ -418,7 +418,7 @@ class Policy(Ending):
             return
         self.queue.push(due, slot.index)
         if not self.virtual:
-            self._wake_idle(due, exact=True)
+            self._wake_idle(due, exact=True, another=True)
 
     def _hand_off(self, slot: Slot, by: Slot) -> bool:
         """Put ``slot``, free, out of the queue and due now, last in the batch of the worker
