@@ -18,6 +18,7 @@ import resource
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,9 +45,17 @@ def descriptors() -> list[str]:
     return sorted(found)
 
 
-def shared_memory() -> list[str]:
-    """This process's descriptors of torch's shared-memory segments."""
-    return [link for link in descriptors() if "torch_" in link]
+def new_descriptors(before: list[str]) -> list[str]:
+    """The descriptors this process holds that it did not hold ``before`` (after a
+    collection, which the run's own teardown does not need: it takes what a cycle might hold).
+    Each pipe, socket and segment has a name of its own; one gone since is no concern here."""
+    gc.collect()
+    return sorted((Counter(descriptors()) - Counter(before)).elements())
+
+
+def new_shared_memory(before: list[str]) -> list[str]:
+    """The descriptors of torch's shared-memory segments among ``new_descriptors``."""
+    return [link for link in new_descriptors(before) if "torch_" in link]
 
 
 def child_pid(name: str) -> int:
@@ -67,13 +76,9 @@ def stopped(name: str) -> Iterator[None]:
 
 
 def assert_left_as(before: list[str], what: str) -> None:
-    """This process holds the descriptors it held ``before``: nothing of an ended run."""
-    gc.collect()  # not needed by the run's own teardown: it takes what a cycle might hold
-    after = descriptors()
-    assert len(after) == len(before) and not shared_memory(), (
-        f"{what}: {len(before)} descriptors before, {len(after)} after; new: "
-        f"{sorted(set(after) - set(before)) or after}"
-    )
+    """This process holds no descriptor it did not hold ``before``: nothing of an ended run."""
+    new = new_descriptors(before)
+    assert not new, f"{what}: {len(new)} descriptors this process did not hold before: {new}"
 
 
 skip_no_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
@@ -96,6 +101,7 @@ def test_host_calls_on_ports_fed_by_another_process_and_what_an_ended_run_keeps(
     descriptors, run after run (same plant: the forwarder on ``ticks.y`` keeps its ring and
     wake pipe)."""
     net = FedNet()
+    start = descriptors()
     before: list[str] = []
     for attempt in range(2):
         run = mujou.run(net, processes={"counter": [net.counter, net.far]})
@@ -113,8 +119,8 @@ def test_host_calls_on_ports_fed_by_another_process_and_what_an_ended_run_keeps(
                 assert type(pairs.get(timeout=HANG_GUARD)) is Pair
             run.wait_for(net.far.x, lambda m: m.item() >= 2, timeout=HANG_GUARD)  # the host's ring
         assert net.sink.x.source is net.counter.y
-        gc.collect()
-        assert not shared_memory(), f"shared memory kept by an ended run: {shared_memory()}"
+        kept = new_shared_memory(start)
+        assert not kept, f"shared memory kept by an ended run: {kept}"
         del run
         if attempt == 0:  # the first run starts what lives on (multiprocessing's helpers)
             gc.collect()
