@@ -320,8 +320,9 @@ def shm_entries() -> set[str]:
 
 
 def children() -> dict[int, str]:
-    """This process's child processes but multiprocessing's helpers (the resource tracker, a
-    fork server), which outlive a run by design: pid -> state."""
+    """This process's child processes but the helpers that outlive a run by design (the
+    resource tracker, a fork server, multiprocessing's or Mujou's): pid -> state. A process
+    that a fork server started is not a child: ``Trial.pids`` has it."""
     found: dict[int, str] = {}
     me = os.getpid()
     for entry in os.listdir("/proc"):
@@ -443,19 +444,26 @@ class Trial:
         elif error is not None:
             self.expect(error, (), "mujou.run")
         if run_holder:
-            self.drive(run_holder[0])
+            self.drive(run_holder[0], logdir)
         run_holder.clear()  # done with it, as a program is
+        self.find_pids(logdir)  # a process of a failed start is in its nodes' logs
         self.check_hooks(logdir, fault_run=True)
         self.check_left(shm_before, fds_before, "after the faulty run")
         self.run_again(net, processes, shm_before, fds_before)
 
-    def drive(self, run: mujou.Run) -> None:
+    def find_pids(self, logdir: Path) -> None:
+        """The process id of each group: from multiprocessing, else from its nodes' logs."""
+        for group, names in self.plan.groups.items():
+            found = [p.pid for p in multiprocessing.active_children() if p.name == f"mujou-{group}"]
+            logged = {pid for name in names for pid in hook_log(logdir, name)[2]}
+            for pid in (*found, *logged):
+                if pid is not None and pid != os.getpid():
+                    self.pids[group] = pid
+
+    def drive(self, run: mujou.Run, logdir: Path) -> None:
         """The host's calls while the fault comes; then the end of the run."""
         plan = self.plan
-        for group in plan.groups:
-            found = [p for p in multiprocessing.active_children() if p.name == f"mujou-{group}"]
-            if len(found) == 1 and found[0].pid is not None:
-                self.pids[group] = found[0].pid
+        self.find_pids(logdir)
         injector = threading.Thread(target=self.inject, args=(run,), name="chaos-injector", daemon=True)
         injector.start()
         try:
@@ -664,9 +672,7 @@ class Trial:
 
         def again() -> None:
             with mujou.run(net, timer=mujou.VirtualTimer(), processes=processes, workers=1) as run:
-                for group in self.plan.groups:
-                    found = [p for p in multiprocessing.active_children() if p.name == f"mujou-{group}"]
-                    self.pids.update((group, p.pid) for p in found if p.pid is not None)
+                self.find_pids(logdir)
                 run.sleep(0.2)
 
         error = self.timed("second run", again)
