@@ -6,7 +6,8 @@ imports torch and Mujou once, on the first run with processes; each process of a
 a fork of that server, started in milliseconds with both already imported. Nothing else of
 the host's memory is inherited: each process is prepared as ``spawn`` prepares one (the
 host's ``sys.path``, working directory and main script, imported anew as ``__mp_main__``),
-and ``_child.main`` applies the host's environment of the moment.
+and ``_child.main`` takes the host's environment, standard output and error of the moment
+(``HostStreams``).
 
 The server is Mujou's own, not ``multiprocessing``'s global one: ``set_forkserver_preload``
 is process-wide, so preloading torch there would override the preload list of a program that
