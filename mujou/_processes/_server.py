@@ -94,10 +94,9 @@ def method() -> str:
 
 
 def imported_files() -> tuple[str | None, str | None]:
-    """The files this process's torch and Mujou were imported from."""
-    import mujou
-
-    return torch.__file__, mujou.__file__
+    """The files this process's torch and Mujou were imported from (Mujou's: the package of
+    this module, found from its own file rather than by importing the package here)."""
+    return torch.__file__, os.path.join(os.path.dirname(os.path.dirname(__file__)), "__init__.py")
 
 
 class HostStreams:
