@@ -1772,3 +1772,48 @@ def test_real_time_two_arrivals_during_an_update_the_first_one_counts(workers: i
         due = run.state_dict()["@mujou"]["nodes"]["node"]["trigger"]
     assert after < later
     assert before + 30.0 <= due <= after + 30.0, (before, after, later, due)
+
+
+class StopSignal(Node):
+    """Never updates (triggered by an input nothing feeds); its on_stop tells that the stop began."""
+
+    x = Input(optional=True)
+    state_exclude: ClassVar[tuple[str, ...]] = ("stopped",)
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"))
+        self.stopped = threading.Event()
+
+    def on_stop(self) -> None:
+        self.stopped.set()
+
+
+@pytest.mark.rule("trigger.state", "trigger.due")
+def test_real_time_an_arrival_during_the_last_update_is_in_the_final_tree() -> None:
+    """> The `"@mujou"` entry of the state tree holds, for each node, its pending triggered
+    > update (its due time, or none)
+
+    Also after the run ended: the host writes while the node's update runs (so the arrival
+    is decided when the node comes back), and the stop begins before that update ends (the
+    other node's on_stop ran). The tree taken after the stop holds the update the write made
+    due, 30 s after it."""
+    node, signal = HeldFusion(), StopSignal()
+    run = mujou.run(Bag(node=node, signal=signal), timer=mujou.RealTimeTimer(), workers=2)
+    try:
+        run.write(node.a, one(1.0))
+        run.write(node.b, one(1.0))
+        assert node.started.wait(HANG_GUARD)
+        before = run.time
+        run.write(node.a, one(2.0))
+        after = run.time
+        stopper = threading.Thread(target=run.stop)
+        stopper.start()
+        assert signal.stopped.wait(HANG_GUARD)
+        node.release.set()
+        stopper.join(HANG_GUARD)
+        assert not stopper.is_alive()
+        due = run.state_dict()["@mujou"]["nodes"]["node"]["trigger"]
+    finally:
+        node.release.set()
+        run.stop()
+    assert due is not None and before + 30.0 <= due <= after + 30.0, (before, after, due)

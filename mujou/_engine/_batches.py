@@ -352,6 +352,7 @@ class Workers:
             slots = self.slots
             for slot in ran + [slots[index] for index in todo]:
                 holder[slot.index] = FREE
+                come_back(slot)  # no update starts, but the state tree shows its due time
                 self._queue_stop(slot)
         else:
             push, slots = self.queue.push, self.slots
