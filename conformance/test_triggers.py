@@ -1631,6 +1631,19 @@ def test_wait_for_returns_after_the_whole_instant(workers: int, predicate: bool)
         assert _value(found) == 3.0 and run.time == 0.25 and _value(r3) == 5.0
 
 
+@pytest.mark.rule("trigger.tags", "proc.virtual")
+def test_wait_for_returns_after_the_whole_instant_with_processes() -> None:
+    """The same with r2 and r3 in a process of their own: the lockstep asks the host's
+    predicate between whole instants only, not between the tags of one time."""
+    net = RelayChain()
+    with mujou.run(net, timer=vt(), processes={"far": [net.r2, net.r3]}) as run:
+        found = run.wait_for(net.r1.y, first_is(2.0), timeout=1.0)
+        assert _value(found) == 2.0 and run.time == 0.125
+        assert _value(run.read(net.r2.y)) == 3.0 and _value(run.read(net.r3.y)) == 4.0
+        nodes = run.state_dict()["@mujou"]["nodes"]
+        assert [nodes[name]["trigger"] for name in ("r1", "r2", "r3")] == [None, None, None]
+
+
 # --- trigger.coalesce and trigger.min-interval under the real-time timer --------------------
 
 

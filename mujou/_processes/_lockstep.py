@@ -28,7 +28,8 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
 
     Each tag: every process runs its updates of the tag and commits them; the messages
     that cross are handed to their readers' processes; the next tag is the earliest due
-    time of all. ``done`` is asked between tags, as ``Engine.advance`` does.
+    time of all. ``done`` is asked between whole instants, as ``Engine.advance`` does: not
+    while a later tag of the same time (a microstep) is due (trigger.tags).
 
     The messages for a group that wake none of its nodes leave its next due time as it was:
     they go with the group's next tag command instead of a command of their own (one command
@@ -44,15 +45,16 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
     dues = processes.all("next_due")
     dues[HOST] = host.next_due()
     deferred: dict[str, list[Crossing]] = {}
+    last = -math.inf  # the time of the last tag run here
     while True:
         if stopping_now(policy):  # the last tag's messages are out first, as in one process
             processes.flush(deferred)
             _wait_for_the_end(processes)
             break
-        if done is not None and done():
+        due = min(dues.values())
+        if due > last and done is not None and done():  # the instant at ``last`` is whole
             processes.flush(deferred)
             return True
-        due = min(dues.values())
         if until is not None and due > until:
             processes.flush(deferred)
             processes.all("set_time", until)
@@ -61,6 +63,7 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
         if due == math.inf:  # nothing deferred: its readers are periodic, so due again
             raise nothing_can_happen()
         _tag(processes, due, dues, deferred)
+        last = due
     return done() if done is not None else False
 
 
