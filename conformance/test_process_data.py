@@ -20,7 +20,9 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -76,9 +78,23 @@ def stopped(name: str) -> Iterator[None]:
 
 
 def assert_left_as(before: list[str], what: str) -> None:
-    """This process holds no descriptor it did not hold ``before``: nothing of an ended run."""
-    new = new_descriptors(before)
+    """This process holds no descriptor it did not hold ``before``: nothing of an ended run.
+
+    Waits for them to go (a thread of the run may still be ending on a busy machine, holding
+    its process's handle); what an ended run keeps stays, and fails after the hang guard."""
+    new: list[str] = []
+
+    def none_new() -> bool:
+        new[:] = new_descriptors(before)
+        return not new
+
+    with contextlib.suppress(pytest.fail.Exception):
+        wait_until(none_new, "")
     assert not new, f"{what}: {len(new)} descriptors this process did not hold before: {new}"
+
+
+def has_message(run: mujou.Run, port: mujou.Input[Any]) -> bool:
+    return run.read(port) is not None
 
 
 skip_no_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
@@ -114,6 +130,7 @@ def test_host_calls_on_ports_fed_by_another_process_and_what_an_ended_run_keeps(
             pair = run.wait_for(net.counter.pair, lambda m: m.number >= 3, timeout=HANG_GUARD)
             assert type(pair) is Pair and pair.number >= 3
             assert type(run.read(net.counter.pair)) is Pair
+            wait_until(partial(has_message, run, net.pairs.pair), "a message on the host's pairs.pair")
             assert type(run.read(net.pairs.pair)) is Pair  # the host's own reader
             with run.subscribe(net.counter.pair) as pairs:
                 assert type(pairs.get(timeout=HANG_GUARD)) is Pair
@@ -121,7 +138,7 @@ def test_host_calls_on_ports_fed_by_another_process_and_what_an_ended_run_keeps(
         assert net.sink.x.source is net.counter.y
         kept = new_shared_memory(start)
         assert not kept, f"shared memory kept by an ended run: {kept}"
-        del run
+        del run, subscription, pairs  # a subscription, closed or not, holds its run
         if attempt == 0:  # the first run starts what lives on (multiprocessing's helpers)
             gc.collect()
             before = descriptors()
@@ -245,7 +262,9 @@ def test_an_error_of_the_receiver_thread_stops_the_run() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         with pytest.raises(mujou.MujouInternalError) as raised:
             run.stop()
-        assert isinstance(raised.value.__cause__, OSError)
+        # Out of descriptors: an OSError (EMFILE), or multiprocessing's RuntimeError for a
+        # descriptor the kernel could not pass (no room for it here).
+        assert isinstance(raised.value.__cause__, OSError | RuntimeError), raised.value.__cause__
     finally:
         with contextlib.suppress(mujou.MujouInternalError):
             run.stop()
