@@ -18,6 +18,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from functools import partial
@@ -32,6 +33,7 @@ from _support import HANG_GUARD, vt, wait_until
 import mujou
 
 HERE = Path(__file__).parent
+RELEASE_LOOKS = 500  # looks for an ended run's descriptors to go: 5 s, far beyond any need
 SUBPROCESS_LIMIT = 50.0  # seconds: a run with a process, in a new interpreter, under the hang guard
 
 
@@ -47,11 +49,12 @@ def descriptors() -> list[str]:
     return sorted(found)
 
 
-def new_descriptors(before: list[str]) -> list[str]:
+def new_descriptors(before: list[str], *, collect: bool = True) -> list[str]:
     """The descriptors this process holds that it did not hold ``before`` (after a
     collection, which the run's own teardown does not need: it takes what a cycle might hold).
     Each pipe, socket and segment has a name of its own; one gone since is no concern here."""
-    gc.collect()
+    if collect:
+        gc.collect()
     return sorted((Counter(descriptors()) - Counter(before)).elements())
 
 
@@ -80,16 +83,15 @@ def stopped(name: str) -> Iterator[None]:
 def assert_left_as(before: list[str], what: str) -> None:
     """This process holds no descriptor it did not hold ``before``: nothing of an ended run.
 
-    Waits for them to go (a thread of the run may still be ending on a busy machine, holding
-    its process's handle); what an ended run keeps stays, and fails after the hang guard."""
-    new: list[str] = []
-
-    def none_new() -> bool:
-        new[:] = new_descriptors(before)
-        return not new
-
-    with contextlib.suppress(pytest.fail.Exception):
-        wait_until(none_new, "")
+    Looks again for up to ``RELEASE_LOOKS`` times 10 ms (a thread of the run may still be
+    ending on a busy machine, holding its process's handle); what an ended run keeps stays."""
+    pause = threading.Event()
+    new = new_descriptors(before)
+    for _ in range(RELEASE_LOOKS):
+        if not new:
+            return
+        pause.wait(0.01)
+        new = new_descriptors(before, collect=False)
     assert not new, f"{what}: {len(new)} descriptors this process did not hold before: {new}"
 
 
