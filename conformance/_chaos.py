@@ -133,7 +133,8 @@ class Logged(Node):
 
 
 class Source(Logged):
-    """Periodic: sends its update count."""
+    """Periodic: sends its update count; the message's size changes every 10th update, so
+    that its transport to another process makes a new ring (new shared memory) now and then."""
 
     out = Output()
 
@@ -142,7 +143,7 @@ class Source(Logged):
 
     def on_update(self, dt: float) -> None:
         self.step()
-        self.out.send(torch.full((4,), float(self.count)))
+        self.out.send(torch.full((4 + self.count // 10 % 2,), float(self.count)))
 
 
 class Relay(Logged):
@@ -683,10 +684,12 @@ class Trial:
 
 @contextlib.contextmanager
 def low_descriptor_limit() -> Iterator[None]:
-    """RLIMIT_NOFILE of this process at what it has open now, plus a few, for the block."""
+    """RLIMIT_NOFILE of this process at its lowest free descriptor number, for the block: no
+    new descriptor can be made in it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    low = len(os.listdir("/proc/self/fd")) + 2
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(low, soft), hard))
+    lowest_free = os.open(os.devnull, os.O_RDONLY)  # the number the next descriptor takes
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(lowest_free, soft), hard))
     try:
         yield
     finally:
