@@ -1639,7 +1639,8 @@ def test_wait_for_returns_after_the_whole_instant_with_processes() -> None:
     with mujou.run(net, timer=vt(), processes={"far": [net.r2, net.r3]}) as run:
         found = run.wait_for(net.r1.y, first_is(2.0), timeout=1.0)
         assert _value(found) == 2.0 and run.time == 0.125
-        assert _value(run.read(net.r2.y)) == 3.0 and _value(run.read(net.r3.y)) == 4.0
+        r2, r3 = run.read(net.r2.y), run.read(net.r3.y)
+        assert _value(r2) == 3.0 and _value(r3) == 4.0
         nodes = run.state_dict()["@mujou"]["nodes"]
         assert [nodes[name]["trigger"] for name in ("r1", "r2", "r3")] == [None, None, None]
 

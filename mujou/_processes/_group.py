@@ -121,6 +121,7 @@ class Group:
         self._stop_lock = threading.Lock()
         self.nodes_stopped = False  # its engine ended: its started nodes had on_stop
         self.dead = False  # it ended before it was asked to
+        self.exitcode: int | None = None  # kept once its handle is closed (end)
         self.ended = threading.Event()  # it ended, and the reader handled all it sent
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._reader = threading.Thread(
@@ -199,7 +200,7 @@ class Group:
         if not self.ended.wait(max(0.0, deadline - time.monotonic())):
             self.kill()
             self.ended.wait(EXIT_GRACE)  # the reader reaps it
-        if self.process.exitcode is None:  # the reader crashed: nobody reaped it
+        if self._running():  # the reader crashed: nobody reaped it
             self.kill()
             self.process.join(EXIT_GRACE)
         self._outbox.put(None)
@@ -210,17 +211,31 @@ class Group:
             if not self._reader.is_alive() and not self._writer.is_alive():
                 self._control.close()
                 self._events.close()
+                if self.exitcode is None and self.process.exitcode is not None:
+                    self.exitcode = self.process.exitcode
+                    self.process.close()  # its handle's descriptors (a sentinel, a pipe)
 
     def kill(self) -> None:
         """SIGKILL the process (its reader reaps it, then fails what is pending)."""
         with self._lock:
             self._exiting = True
-        if self.process.exitcode is None:
+        if self._running():
             self.process.kill()
+
+    def _running(self) -> bool:
+        """Whether the process has not ended (been reaped); False once its handle is closed."""
+        with self._lock:
+            return self.exitcode is None and self.process.exitcode is None
 
     def error(self, reason: str | None = None, kind: type[ProcessError] = ProcessError) -> ProcessError:
         """The error of this process's end (its exit code, whether its nodes had on_stop)."""
-        return kind(self.name, self.process.exitcode, self.node_names, self.nodes_stopped, reason)
+        code = self.exitcode
+        if code is None:
+            try:
+                code = self.process.exitcode
+            except ValueError:  # its handle was closed meanwhile, with the code kept first
+                code = self.exitcode
+        return kind(self.name, code, self.node_names, self.nodes_stopped, reason)
 
     # -- the threads -----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import Connection
 from typing import Any
 
 from .._errors import MujouWarning, ProcessError
@@ -28,7 +29,7 @@ from ._member import Member
 from ._mirrors import Mirrors
 from ._placement import HOST, Placement
 from ._spawn import spawn
-from ._wire import Crossing
+from ._wire import Crossing, Pipe
 
 _live: weakref.WeakSet[Processes] = weakref.WeakSet()
 
@@ -51,6 +52,11 @@ class Processes:
         self.placement = placement
         self.host = host
         self.groups: dict[str, Group] = {}
+        # The host's ends of the wake pipes (spawn), its Member's from go on: until then, a
+        # start that fails closes them here (proc.cleanup).
+        self.host_pipes: dict[str, Pipe] = {}
+        self.host_inbound: list[Connection] = []
+        self._handed = False
         self.mirrors = Mirrors()
         self._stopping = False
         self._running = False  # the timers started (go): a failure stops the run from then on
@@ -221,6 +227,7 @@ class Processes:
             output: [self.host_pipes[reader] for reader in readers]
             for output, readers in self.placement.outgoing[HOST].items()
         }
+        self._handed = True
         self.host.go(origin, pipes, self.host_inbound)
         with self._fail_lock:
             self._running = True
@@ -408,6 +415,7 @@ class Processes:
                     raise
                 finally:
                     self.host.close(wait=True)  # the host's forwarders, receiver and wake pipes
+                    self._close_unhanded()
                     self.host.disconnect_standins()
                     self.mirrors.give_back()
                     self._release_nodes()
@@ -462,6 +470,17 @@ class Processes:
             for node in nodes:
                 if node._mujou.engine is engine:
                     node._mujou.engine = None
+
+    def _close_unhanded(self) -> None:
+        """Close the host's ends of the wake pipes that its Member never took (the start
+        failed before ``go``), and under the virtual timer the inbound ends, which no
+        receiver reads there."""
+        if not self._handed:
+            for pipe in self.host_pipes.values():
+                pipe.close()
+        if not self._handed or self.host.engine.virtual:
+            for connection in self.host_inbound:
+                connection.close()
 
     def _bounded(self, replies: Mapping[str, Reply]) -> list[str]:
         """Wait for ``replies`` at most ``EXIT_GRACE`` (all together): the groups that answered."""

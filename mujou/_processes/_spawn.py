@@ -12,6 +12,7 @@ The processes start from Mujou's own fork server where there is one (``_server``
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
@@ -20,7 +21,7 @@ import torch
 
 from .._ports import Output
 from ._child import Setup, main
-from ._group import Group
+from ._group import EXIT_GRACE, Group
 from ._pack import pack
 from ._placement import HOST, Placement
 from ._server import HostStreams, start_context
@@ -55,53 +56,83 @@ def spawn(
     host_pipes = {w_r[1]: Pipe(ends[1]) for w_r, ends in wake.items() if w_r[0] == HOST}
     host_inbound = [ends[0] for w_r, ends in wake.items() if w_r[1] == HOST]
     groups: dict[str, Group] = {}
-    for name, nodes in placement.groups.items():
-        members = {id(node) for node in nodes}
-        links = [
-            (port.name, reader.name)
-            for node in nodes
-            for port in node._mujou.ports.values()
-            if isinstance(port, Output)
-            for reader in port._readers
-            if id(reader.node) in members
-        ]
-        setup = Setup(
-            name=name,
-            nodes=packed[name],
-            links=links,
-            incoming=placement.incoming[name],
-            outgoing=placement.outgoing[name],
-            workers=workers[name],
-            virtual=virtual,
-            scale=scale,
-            torch_threads=torch.get_num_threads(),
-            default_dtype=torch.get_default_dtype(),
-            deterministic=torch.are_deterministic_algorithms_enabled(),
-            trace=trace,
-        )
-        control, control_child = context.Pipe()
-        events, events_child = context.Pipe(duplex=False)
-        wake_out = {reader: ends[1] for (writer, reader), ends in wake.items() if writer == name}
-        wake_in = [ends[0] for (writer, reader), ends in wake.items() if reader == name]
-        process = context.Process(
-            target=main,
-            args=(setup, control_child, events_child, wake_out, wake_in),
-            kwargs={"environ": dict(os.environ), "streams": HostStreams()},
-            name=f"mujou-{name}",
-        )
-        process.start()
-        control_child.close()
-        events_child.close()
-        for end in (*wake_out.values(), *wake_in):
-            end.close()
-        groups[name] = Group(
-            name,
-            nodes,
-            process=process,
-            control=control,
-            events=events,
-            on_event=on_event,
-            on_warning=on_warning,
-            virtual=virtual,
-        )
+    try:  # on any failure nothing is left: the processes started end, every end closes
+        for name, nodes in placement.groups.items():
+            members = {id(node) for node in nodes}
+            links = [
+                (port.name, reader.name)
+                for node in nodes
+                for port in node._mujou.ports.values()
+                if isinstance(port, Output)
+                for reader in port._readers
+                if id(reader.node) in members
+            ]
+            setup = Setup(
+                name=name,
+                nodes=packed[name],
+                links=links,
+                incoming=placement.incoming[name],
+                outgoing=placement.outgoing[name],
+                workers=workers[name],
+                virtual=virtual,
+                scale=scale,
+                torch_threads=torch.get_num_threads(),
+                default_dtype=torch.get_default_dtype(),
+                deterministic=torch.are_deterministic_algorithms_enabled(),
+                trace=trace,
+            )
+            control, control_child = context.Pipe()
+            events, events_child = context.Pipe(duplex=False)
+            wake_out = {reader: ends[1] for (writer, reader), ends in wake.items() if writer == name}
+            wake_in = [ends[0] for (writer, reader), ends in wake.items() if reader == name]
+            process = context.Process(
+                target=main,
+                args=(setup, control_child, events_child, wake_out, wake_in),
+                kwargs={"environ": dict(os.environ), "streams": HostStreams()},
+                name=f"mujou-{name}",
+            )
+            try:
+                process.start()
+            except BaseException:
+                control.close()
+                events.close()
+                raise
+            finally:
+                control_child.close()
+                events_child.close()
+            for end in (*wake_out.values(), *wake_in):
+                end.close()
+            try:
+                groups[name] = Group(
+                    name,
+                    nodes,
+                    process=process,
+                    control=control,
+                    events=events,
+                    on_event=on_event,
+                    on_warning=on_warning,
+                    virtual=virtual,
+                )
+            except BaseException:
+                process.kill()
+                process.join(EXIT_GRACE)
+                control.close()
+                events.close()
+                raise
+    except BaseException:
+        _undo(groups, wake)
+        raise
     return groups, host_pipes, host_inbound
+
+
+def _undo(groups: Mapping[str, Group], wake: Mapping[tuple[str, str], tuple[Connection, Connection]]) -> None:
+    """A spawn that failed part way: kill the processes it started (each ends within
+    ``EXIT_GRACE``), and close every end of the wake pipes (closing one twice does nothing)."""
+    for group in groups.values():
+        group.kill()
+    deadline = time.monotonic() + EXIT_GRACE
+    for group in groups.values():
+        group.end(deadline)
+    for ends in wake.values():
+        for end in ends:
+            end.close()
