@@ -301,12 +301,16 @@ def build(plan: Plan, logdir: Path) -> tuple[ChaosNet, dict[str, list[Node]]]:
 
 def descriptors() -> Descriptors:
     """This process's open descriptors (number -> what it is), but those of multiprocessing's
-    helper processes (the resource tracker, a fork server), which outlive a run by design."""
-    from multiprocessing import forkserver, resource_tracker
+    helpers (the resource tracker, a fork server, the resource sharer's listener, which the
+    first ring a real-time run hands to another process starts), which outlive a run by design."""
+    from multiprocessing import forkserver, resource_sharer, resource_tracker
 
+    listener = getattr(getattr(resource_sharer, "_resource_sharer", None), "_listener", None)
+    socket = getattr(getattr(listener, "_listener", None), "_socket", None)
     helpers = {
         getattr(resource_tracker._resource_tracker, "_fd", None),
         getattr(forkserver._forkserver, "_forkserver_alive_fd", None),
+        None if socket is None else socket.fileno(),
     }
     found = {}
     for fd in os.listdir("/proc/self/fd"):
