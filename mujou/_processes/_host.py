@@ -68,6 +68,7 @@ class Processes:
         self._final: dict[str, tuple[Any, RunStats, dict[str, Any]]] = {}  # by group, once ended
         self._stop_lock = threading.Lock()
         self._stopper: threading.Thread | None = None  # the thread of stop_soon
+        self._advancing = False  # the virtual lockstep runs (advance)
         self._close_lock = threading.Lock()  # held by the one thread ending the processes
         self._stop_failures: dict[str, Any] = {}  # what ending them found: the run's error
         self._lost: dict[str, ProcessError] = {}  # the groups killed at the end
@@ -233,7 +234,7 @@ class Processes:
             self._running = True
             early = self._early
         # However the host's engine ends (a hook's error, a stop), the processes end then too.
-        self.host.engine.add_waker(self.stop_soon)
+        self.host.engine.add_waker(self._engine_ended)
         if early is not None:  # a process failed between its last reply and the start
             self.fail(early)
 
@@ -241,7 +242,21 @@ class Processes:
 
     def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         """Run the tags up to ``until`` in every process, one at a time (proc.virtual)."""
-        return advance(self, until, done)
+        self._advancing = True
+        try:
+            return advance(self, until, done)
+        finally:
+            self._advancing = False
+            if self.host.engine.ended:  # left by an error after the run ended: end them now
+                self.stop_soon()
+
+    def _engine_ended(self) -> None:
+        """The host's engine ended (a hook's error, a stop): the processes end too. Not from
+        here while the virtual lockstep runs: it ends them itself, once the last tag's
+        messages are out (``_lockstep``), which a stop from another thread could overtake,
+        taking a process's final state before they reached it (proc.virtual)."""
+        if not self._advancing:
+            self.stop_soon()
 
     # -- events ----------------------------------------------------------------------------
 

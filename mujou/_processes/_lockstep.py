@@ -118,4 +118,4 @@ def _fail_first(processes: Processes, failures: list[tuple[str, Failure]]) -> No
         engine.policy.error = error
         engine.policy.begin_stop()
         engine.deliver()
-    processes.stop_soon()
+    # The processes end once the tag's messages are out: advance's loop ends them next.
