@@ -378,9 +378,19 @@ class Engine(Instants):
         """The host's message (and its tensors): visible to the updates that start after this
         returns, stamped with the time now (ports.stamp).
 
-        No engine lock: publishing replaces one reference, and under the virtual timer the host
-        writes only between instants, when no hook runs.
+        Real-time: no engine lock, publishing replaces one reference. Virtual timer: it waits
+        until no instant runs (another host thread may be advancing the time), so that the
+        message lands between two instants, never in the middle of an update.
         """
+        if self.virtual:
+            with self.lock:
+                self.host_wait(lambda: not self.policy.instant or self.ended)
+                port._write(message[0], message[1], self.clock.now())
+                if port._wakes:
+                    arrived(self.policy, port, self.clock.now())
+                    if self.policy.wake:
+                        self.deliver()
+            return
         port._write(message[0], message[1], self.clock.now())
         if port._wakes:
             self.arrived(port)
