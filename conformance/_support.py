@@ -9,6 +9,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import ClassVar
 
@@ -140,3 +141,12 @@ class Drawer(Node):
 
     def on_update(self, dt: float) -> None:
         self.last = torch.randn(4, generator=self.generator, device=self.device)
+
+
+def is_dead(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie, not reaped yet, counts), without reaping it."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return status.rsplit(")", 1)[1].split()[0] in {"Z", "X"}

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from _control_nodes import Carrier, ExitsNormally, Gate, LockedState, Logged, Unloadable, log_of
-from _support import HANG_GUARD, TEST_HANG_GUARD, Bag, hang_guard, vt, wait_until
+from _support import HANG_GUARD, TEST_HANG_GUARD, Bag, hang_guard, is_dead, vt, wait_until
 
 import mujou
 
@@ -39,15 +39,6 @@ def pid_of(name: str) -> int:
     found = [p.pid for p in multiprocessing.active_children() if p.name == f"mujou-{name}"]
     assert len(found) == 1 and found[0] is not None, children()
     return found[0]
-
-
-def is_dead(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie counts), without reaping it."""
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return status.rsplit(")", 1)[1].split()[0] in {"Z", "X"}
 
 
 def is_stopped(pid: int) -> bool:

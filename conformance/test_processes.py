@@ -43,7 +43,7 @@ from _process_nodes import (
     Wire,
     count_of,
 )
-from _support import HANG_GUARD, Bag, Plain, vt, wait_until
+from _support import HANG_GUARD, Bag, Plain, is_dead, vt, wait_until
 
 import mujou
 from mujou import Node, NodeList
@@ -131,15 +131,6 @@ def stopped(name: str) -> Iterator[None]:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
-
-
-def is_dead(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie, not reaped yet, counts), without reaping it."""
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return status.rsplit(")", 1)[1].split()[0] in {"Z", "X"}
 
 
 # --- placement and arguments (no process starts) --------------------------------------------------
