@@ -1262,13 +1262,16 @@ def test_oversubscription_warns_once_with_the_fix() -> None:
         run.sleep(1.0)
     shown = [str(w.message) for w in record if w.category is mujou.OversubscriptionWarning]
     assert len(shown) == 1, shown
-    # torch already uses one thread: the fix is fewer threads of the run.
-    fix = r"run fewer workers \(mujou\.run\(net, workers=n\)\) or fewer dedicated threads"
+    # torch already uses one thread, and no node has a thread of its own: fewer workers only.
+    fix = r"run fewer workers \(mujou\.run\(net, workers=n\)\)"
     assert re.search(oversubscribed(too_many, 0, 1, fix), shown[0]), shown[0]
-    # torch uses more: the fix is torch.set_num_threads(1) first.
+    # torch uses more, and a node has a thread of its own: each of the three fixes.
     found = _oversubscription(too_many, 1, 2)
     assert len(found) == 1, found
-    fix = r"call torch\.set_num_threads\(1\) before mujou\.run, or run fewer workers"
+    fix = (
+        r"call torch\.set_num_threads\(1\) before mujou\.run, or run fewer workers "
+        r"\(mujou\.run\(net, workers=n\)\), or give fewer nodes dedicated_thread=True"
+    )
     assert re.search(oversubscribed(too_many, 1, 2, fix), str(found[0].message)), found[0]
     assert len(_oversubscription(too_many, 0, 1)) == 1
     assert len(_oversubscription(1, 0, 1)) == 0  # 1 x 1 never exceeds the cores
@@ -1288,6 +1291,41 @@ def test_oversubscription_boundary() -> None:
         assert len(_oversubscription(cores - 1, 1, 1)) == 0
         assert len(_oversubscription(cores // 2, 0, 2)) == 0
         assert len(_oversubscription(cores // 2 + 1, 0, 2)) == 1
+
+
+def _process_oversubscription(threads: int) -> list[str]:
+    """A run of one node in the host's process and one in a process of its own, each on one
+    worker, with torch on ``threads`` threads; the OversubscriptionWarnings it issued."""
+    torch.set_num_threads(threads)
+    there = Plain(period=1.0)
+    net = Bag(here=Plain(period=1.0), there=there)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with mujou.run(net, timer=vt(), workers=1, processes={"p": there}) as run:
+            run.sleep(1.0)
+    return [str(w.message) for w in record if issubclass(w.category, mujou.OversubscriptionWarning)]
+
+
+@pytest.mark.rule("settings.oversubscription-processes")
+def test_oversubscription_counts_each_process_and_advises_what_can_be_done() -> None:
+    """> With processes=, each process is counted on its own: its workers and its
+    > dedicated-thread nodes, times torch.get_num_threads(), against the physical cores the
+    > process may use. The warning names the processes over the count, and its fix lists only
+    > what would lower it: torch.set_num_threads(1) when torch uses more than one thread, fewer
+    > workers when such a process has more than one, fewer dedicated threads when it has any."""
+    cores = physical_cores()
+    if cores is None or cores > 32:
+        pytest.skip(f"physical cores unknown or too many for this test: {cores}")
+    # Each process fits (1 worker x cores threads); together they would not: no warning.
+    assert _process_oversubscription(cores) == []
+    # Each process is over, on one worker and no dedicated thread: torch's threads are the fix.
+    shown = _process_oversubscription(cores + 1)
+    assert shown == [
+        "the host's process computes on 1 thread(s) (1 worker(s) and 0 dedicated), process 'p' "
+        f"computes on 1 thread(s) (1 worker(s) and 0 dedicated), and torch uses {cores + 1} "
+        f"thread(s) for each: more than the {cores} physical core(s) each process may use; "
+        "call torch.set_num_threads(1) before mujou.run"
+    ], shown
     assert len(_oversubscription(cores, 0, 2)) == 1
 
 

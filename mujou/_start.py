@@ -95,7 +95,12 @@ def run(
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}: {progress!r}")
     if placement is not None:
         counts = _process_workers(placement, workers)
-        _warn_oversubscription(sum(counts.values()), sum(1 for node in nodes if node.dedicated_thread))
+        _warn_oversubscription(
+            {
+                name: (count, sum(1 for node in placement.nodes_of(name) if node.dedicated_thread))
+                for name, count in counts.items()
+            }
+        )
         recorder = None if trace is None else TraceRecorder(trace)  # observe.trace-start
         engine, group = start_processes(
             net, nodes, placement, workers=counts, timer=timer, first=first, state=state, recorder=recorder
@@ -108,7 +113,7 @@ def run(
     on_workers = sum(1 for node in nodes if not node.dedicated_thread)
     if workers is None:
         workers = default_workers(on_workers, cpus=usable_cpus(), gil=gil_enabled())
-    _warn_oversubscription(workers, len(nodes) - on_workers)
+    _warn_oversubscription({HOST: (workers, len(nodes) - on_workers)})
     recorder = None if trace is None else TraceRecorder(trace)  # creates the file (observe.trace-start)
     try:
         engine = Engine(nodes, workers, timer, recorder)
@@ -159,23 +164,42 @@ def _process_workers(placement: Placement, workers: int | None) -> dict[str, int
     return counts
 
 
-def _warn_oversubscription(workers: int, dedicated: int) -> None:
-    """Warn when the run's threads times torch's threads exceed the physical cores (settings.*)."""
-    threads, per_thread, cores = workers + dedicated, torch.get_num_threads(), physical_cores()
-    if threads * per_thread <= cores:
+def _warn_oversubscription(loads: Mapping[str, tuple[int, int]]) -> None:
+    """Warn when a process's threads times torch's threads exceed the physical cores (settings.*).
+
+    ``loads`` holds, for each process of the run (``HOST`` for the host's), its workers and
+    its dedicated-thread nodes. Each process is counted on its own, and the advice names
+    only what can be lowered.
+    """
+    per_thread, cores = torch.get_num_threads(), physical_cores()
+    over = {name: load for name, load in loads.items() if sum(load) * per_thread > cores}
+    if not over:
         return
-    fix = (
-        "call torch.set_num_threads(1) before mujou.run, or run fewer workers"
-        if per_thread > 1
-        else "run fewer workers (mujou.run(net, workers=n)) or fewer dedicated threads"
-    )
+    counted = [
+        f"{_process_label(name, len(loads))} computes on {workers + dedicated} thread(s) "
+        f"({workers} worker(s) and {dedicated} dedicated)"
+        for name, (workers, dedicated) in over.items()
+    ]
+    fixes = []
+    if per_thread > 1:
+        fixes.append("call torch.set_num_threads(1) before mujou.run")
+    if any(workers > 1 for workers, _ in over.values()):
+        fixes.append("run fewer workers (mujou.run(net, workers=n))")
+    if any(dedicated for _, dedicated in over.values()):
+        fixes.append("give fewer nodes dedicated_thread=True")
+    each = "this process" if len(loads) == 1 else "each process"
     warnings.warn(
-        f"this run computes on {threads} thread(s) ({workers} worker(s) and {dedicated} "
-        f"dedicated), and torch uses {per_thread} thread(s) for each: more than the {cores} "
-        f"physical core(s) this process may use; {fix}",
+        f"{', '.join(counted)}, and torch uses {per_thread} thread(s) for each: more than the "
+        f"{cores} physical core(s) {each} may use; {', or '.join(fixes)}",
         OversubscriptionWarning,
         stacklevel=3,
     )
+
+
+def _process_label(name: str, processes: int) -> str:
+    if processes == 1:
+        return "this run"
+    return "the host's process" if name == HOST else f"process {name!r}"
 
 
 def _check_net(net: Net, nodes: list[Node]) -> None:
