@@ -1,5 +1,6 @@
 """Conformance tests for typed ports: ``ports.typed``, ``ports.typed-check``,
-``ports.typed-static`` and ``net.typed-connect`` (spec/en/nodes-and-ports.md).
+``ports.typed-errors``, ``ports.typed-static``, ``net.typed-connect`` and
+``net.typed-connect-difference`` (spec/en/nodes-and-ports.md).
 
 The static side of ``ports.typed-static`` is checked by mypy in conformance/type_tests/.
 """
@@ -178,6 +179,46 @@ def test_nests_are_checked_field_by_field() -> None:
 # ports.typed-check
 
 
+SEVEN = torch.full((3,), 7.25)  # a value no error may show
+
+
+@pytest.mark.rule("ports.typed-errors")
+def test_errors_show_no_tensor_value_and_say_where_the_structure_differs() -> None:
+    """> An error about a message that does not match a declaration never shows the values of
+    > its tensors ... the error says where they first differ (the path, what is expected and
+    > what was received, by kind and length); a plain tuple or dict where a NamedTuple or
+    > dataclass is declared names the class to make it with."""
+    pose = errors_of(PoseSender([(SEVEN, 0.5)]))
+    nest = errors_of(
+        NestSender(
+            [
+                {"boxes": (SEVEN, 1), "ok": True, "pair": (SEVEN, None)},
+                {"boxes": Boxes(SEVEN, 1), "ok": True, "pair": [SEVEN, None]},
+                {"boxes": Boxes(SEVEN, 1), "ok": True, "pair": (SEVEN,)},
+                {"boxes": Boxes(SEVEN, 1), "ok": True, "extra": SEVEN},
+            ]
+        )
+    )
+    node = HostFed()
+    with pytest.raises(TypeError) as info:
+        mujou.run(Bag(node=node), timer=vt(), inputs={node.target: (SEVEN, 1)})
+    errors = [*pose, *nest, str(info.value)]
+    for error in errors:
+        assert "7.25" not in error and "tensor(" not in error, error
+    assert pose[0].endswith(
+        "got (*, *) (at the top: expects a Pose, got a tuple of 2: make it with Pose(...))"
+    ), pose[0]
+    boxes_hint = "(at ['boxes']: expects a Boxes, got a tuple of 2: make it with Boxes(...))"
+    assert nest[0].endswith(boxes_hint), nest[0]
+    assert nest[1].endswith("(at ['pair']: expects a tuple of 2, got a list of 2)"), nest[1]
+    assert nest[2].endswith("(at ['pair']: expects a tuple of 2, got a tuple of 1)"), nest[2]
+    assert nest[3].endswith(
+        "(at the top: expects the dict keys [\"'boxes'\", \"'ok'\", \"'pair'\"], "
+        "got [\"'boxes'\", \"'extra'\", \"'ok'\"])"
+    ), nest[3]
+    assert errors[-1].endswith("(at the top: expects a dict, got a tuple of 2)"), errors[-1]
+
+
 class Untyped(Sender):
     y = Output()
 
@@ -320,11 +361,77 @@ def test_connect_refuses_declarations_no_message_matches() -> None:
         r"\(dtype torch\.float32 vs torch\.float64\)$",
     ):
         net.connect(src.y, doubles.x)
-    with pytest.raises(ValueError, match=r"which no message matches \(shape \(None, 3\) vs \(None, 4\)\)$"):
+    with pytest.raises(
+        ValueError, match=r"matches \(shape \(None, 3\) vs \(None, 4\): dimension 1 is 3 vs 4\)$"
+    ):
         net.connect(src.y, wide.x)
-    with pytest.raises(ValueError, match=r"which no message matches \(TensorSpec\(.*\) vs Pose\(.*\)\)$"):
+    with pytest.raises(ValueError, match=r"which no message matches \(a tensor vs a Pose\)$"):
         net.connect(src.y, pose.x)  # type: ignore[misc]  # an Output[Tensor] to an Input[Pose]
     net.connect(src.y, fits.x)  # (None, 3) and (2, None): a (2, 3) tensor matches both
     net.connect(src.y, anything.x)  # an input without a declaration takes anything
     assert fits.x.source is src.y and anything.x.source is src.y
     assert doubles.x.source is None and wide.x.source is None
+
+
+class PositionOut(Node):
+    y = Output(spec={"position": TensorSpec(F32, (3,))})
+
+
+class PositionIn(Node):
+    x = Input(spec={"position": TensorSpec(F32, (4,))})
+
+
+class DeepIn(Node):
+    x = Input(shape=(2, 3, 4))
+
+
+class PoseOut(Node):
+    y = Output(spec=Pose)
+
+
+class Pose64(NamedTuple):
+    position: Annotated[torch.Tensor, TensorSpec(torch.float64, (3,))]
+    confidence: float
+
+
+class Pose64In(Node):
+    x = Input(spec=Pose64)
+
+
+class SamePoseIn(Node):
+    x = Input(spec=Pose)
+
+
+@pytest.mark.rule("net.typed-connect-difference")
+def test_connect_names_only_what_differs() -> None:
+    """> The error of net.typed-connect shows each declaration once, then names the first place
+    > where they differ (its path in the nest, if not the top) and only what differs there."""
+    src, wide, deep, pose_in = Floats(), Wide(), DeepIn(), PoseIn()
+    camera, planner = PositionOut(), PositionIn()
+    net = Bag(src=src, wide=wide, deep=deep, camera=camera, planner=planner, pose_in=pose_in)
+    pairs: list[tuple[Output[Any], Input[Any]]] = [
+        (src.y, wide.x),
+        (src.y, deep.x),
+        (camera.y, planner.x),
+        (src.y, pose_in.x),
+    ]
+    errors: list[str] = []
+    for output, input in pairs:
+        with pytest.raises(ValueError) as info:
+            net.connect(output, input)
+        errors.append(str(info.value))
+    assert errors[0].endswith("(shape (None, 3) vs (None, 4): dimension 1 is 3 vs 4)"), errors[0]
+    assert errors[1].endswith("(shape (None, 3) vs (2, 3, 4): 2 vs 3 dimensions)"), errors[1]
+    assert errors[2] == (  # the example of the spec
+        "cannot connect output 'camera.y' to input 'planner.x': the output declares "
+        "{'position': TensorSpec(dtype=torch.float32, shape=(3,))} and the input "
+        "{'position': TensorSpec(dtype=torch.float32, shape=(4,))}, which no message matches "
+        "(at ['position'] shape (3,) vs (4,): dimension 0 is 3 vs 4)"
+    )
+    assert errors[3].endswith("which no message matches (a tensor vs a Pose)"), errors[3]
+    for error in errors:
+        output_text = error.split("the output declares ")[1].split(" and the input ")[0]
+        assert error.count(output_text) == 1, error  # each declaration once
+    pose, pose64 = PoseOut(), Pose64In()
+    with pytest.raises(ValueError, match=r"which no message matches \(Pose vs Pose64\)$"):
+        Bag(pose=pose, pose64=pose64).connect(pose.y, pose64.x)  # type: ignore[misc]  # Pose to Pose64

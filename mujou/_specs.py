@@ -21,7 +21,7 @@ from typing import Any, Final, cast, final
 import optree
 import torch
 
-from ._messages import NAMESPACE, is_message_class, rebuild_dataclass, register_dataclass
+from ._messages import NAMESPACE, is_message_class, rebuild_dataclass, register_dataclass, with_article
 
 _Tensor = torch.Tensor
 _SCALAR_TYPES = (bool, int, float, str)
@@ -155,8 +155,9 @@ class Declared:
         else:
             try:
                 parts = self.prefix.flatten_up_to(cast(Any, message))
-            except ValueError as exc:
-                return f"expects {self.text}, got {describe_value(message)} ({exc})"
+            except ValueError:  # optree's message shows the tensors' values: never shown
+                where = _structure_difference(self.tree, message) or "its structure differs"
+                return f"expects {self.text}, got {describe_value(message)} ({where})"
         for check, part, path in zip(self.checks, parts, self.paths, strict=True):
             if not _leaf_matches(check, part):
                 where = f" at {path}" if path else ""
@@ -292,25 +293,94 @@ def describe_value(value: object) -> str:
     return f"a {type(value).__qualname__}"
 
 
+def _structure_difference(tree: SpecTree, value: object, path: str = "") -> str:
+    """Where ``value``'s containers first differ from ``tree``'s, without showing any value; "" if nowhere.
+
+    For a message that optree cannot flatten up to the declared structure; see
+    :ref:`ports.typed-errors`.
+    """
+    where = f"at {path}" if path else "at the top"
+    if not isinstance(tree, tuple):
+        return ""  # a leaf check: the leaves are compared one by one afterwards
+    kind = tree[0]
+    if kind == "class":
+        cls = tree[1]
+        if type(value) is not cls:
+            hint = f": make it with {cls.__name__}(...)" if isinstance(value, tuple | dict) else ""
+            return f"{where}: expects {with_article(cls.__name__)}, got {_kind_of_value(value)}{hint}"
+        pairs = [(f"{path}.{n}", c, getattr(value, n)) for n, c in zip(tree[2], tree[3], strict=True)]
+    elif kind == "dict":
+        if type(value) is not dict:
+            return f"{where}: expects a dict, got {_kind_of_value(value)}"
+        mapping = cast("dict[object, object]", value)
+        if set(mapping) != set(tree[1]):
+            got = sorted(_key_text(key) for key in mapping)
+            return f"{where}: expects the dict keys {sorted(map(repr, tree[1]))}, got {got}"
+        pairs = [(f"{path}[{k!r}]", c, mapping[k]) for k, c in zip(tree[1], tree[2], strict=True)]
+    else:
+        items = cast("list[object] | tuple[object, ...]", value)
+        if type(value) is not (list if kind == "list" else tuple):
+            return f"{where}: expects a {kind} of {len(tree[1])}, got {_kind_of_value(value)}"
+        if len(items) != len(tree[1]):
+            return f"{where}: expects a {kind} of {len(tree[1])}, got {_kind_of_value(value)}"
+        pairs = [(f"{path}[{i}]", c, v) for i, (c, v) in enumerate(zip(tree[1], items, strict=True))]
+    for sub, child, part in pairs:
+        found = _structure_difference(child, part, sub)
+        if found:
+            return found
+    return ""
+
+
+def _kind_of_value(value: object) -> str:
+    """What a message part is, by its type alone: never its value (a tensor's may be large)."""
+    if isinstance(value, _Tensor):
+        return "a tensor"
+    if value is None:
+        return "None"
+    if type(value) in (list, tuple):
+        items = cast("list[object] | tuple[object, ...]", value)
+        return f"a {type(value).__name__} of {len(items)}"
+    return with_article(type(value).__qualname__)
+
+
+def _key_text(key: object) -> str:
+    return repr(key) if type(key) in _SCALAR_TYPES or key is None else _kind_of_value(key)
+
+
+def _kind_of_spec(tree: SpecTree) -> str:
+    """What a declaration is, in a few words: "a tensor", "a Pose", "a dict", "a tuple of 2"."""
+    if isinstance(tree, TensorSpec):
+        return "a tensor"
+    if tree is None or tree is ANY:
+        return describe(tree)
+    if isinstance(tree, type):
+        return with_article(tree.__name__)
+    kind = tree[0]
+    if kind == "class":
+        return with_article(tree[1].__name__)
+    if kind == "dict":
+        return "a dict"
+    return f"a {kind} of {len(tree[1])}"
+
+
 def clash(a: SpecTree, b: SpecTree, path: str = "") -> str:
-    """Why no message can match both declarations, naming where; "" when some can."""
+    """Why no message can match both declarations, naming where and what differs; "" when some can.
+
+    Names the one field, dtype or dimension, never the whole declarations again (the caller
+    shows them once): see :ref:`net.typed-connect`.
+    """
     if a is ANY or b is ANY:
         return ""
     where = f" at {path}" if path else ""
     if isinstance(a, TensorSpec) and isinstance(b, TensorSpec):
         if a.dtype is not None and b.dtype is not None and a.dtype != b.dtype:
             return f"{where} dtype {a.dtype} vs {b.dtype}"
-        if (
-            a.shape is not None
-            and b.shape is not None
-            and (
-                len(a.shape) != len(b.shape)
-                or any(
-                    x is not None and y is not None and x != y for x, y in zip(a.shape, b.shape, strict=True)
-                )
-            )
-        ):
-            return f"{where} shape {a.shape} vs {b.shape}"
+        if a.shape is not None and b.shape is not None:
+            if len(a.shape) != len(b.shape):
+                return f"{where} shape {a.shape} vs {b.shape}: {len(a.shape)} vs {len(b.shape)} dimensions"
+            for dim, (x, y) in enumerate(zip(a.shape, b.shape, strict=True)):
+                if x is not None and y is not None and x != y:
+                    return f"{where} shape {a.shape} vs {b.shape}: dimension {dim} is {x} vs {y}"
         return ""
     if isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0]:
         kind = a[0]
@@ -334,4 +404,4 @@ def clash(a: SpecTree, b: SpecTree, path: str = "") -> str:
         return ""
     if a == b and not isinstance(a, tuple):
         return ""
-    return f"{where} {describe(a)} vs {describe(b)}"
+    return f"{where} {_kind_of_spec(a)} vs {_kind_of_spec(b)}"
