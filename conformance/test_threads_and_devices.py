@@ -133,6 +133,7 @@ def test_node_arguments_are_keyword_only_with_defaults() -> None:
     assert list(params) == [
         "self",
         "period",
+        "rate",
         "trigger",
         "min_interval",
         "delay",
@@ -142,6 +143,7 @@ def test_node_arguments_are_keyword_only_with_defaults() -> None:
     ]
     defaults = {
         "period": 0.01,
+        "rate": None,
         "trigger": None,
         "min_interval": 0.0,
         "delay": 0.0,

@@ -7,6 +7,7 @@ from ._containers import NodeDict as NodeDict
 from ._containers import NodeList as NodeList
 from ._errors import GlobalRandomWarning as GlobalRandomWarning
 from ._errors import HookError as HookError
+from ._errors import HookNameWarning as HookNameWarning
 from ._errors import LeakedSettingWarning as LeakedSettingWarning
 from ._errors import MujouInternalError as MujouInternalError
 from ._errors import MujouWarning as MujouWarning
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "GlobalRandomWarning",
     "HookError",
+    "HookNameWarning",
     "Input",
     "LeakedSettingWarning",
     "MujouInternalError",

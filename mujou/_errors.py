@@ -64,6 +64,10 @@ class OversubscriptionWarning(MujouWarning):
     """More compute threads than physical cores: see :ref:`settings.oversubscription-warning`."""
 
 
+class HookNameWarning(MujouWarning):
+    """A node method's name resembles a hook's, which Mujou calls: see :ref:`nodes.hook-name-warning`."""
+
+
 class LeakedSettingWarning(MujouWarning):
     """A hook returned with a per-thread torch setting changed: see :ref:`rules.hook-settings-warning`."""
 

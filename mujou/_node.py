@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import contextvars
+import difflib
+import functools
+import inspect
 import math
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
 
 from ._devices import parse_device
-from ._node_args import DEFAULT_PERIOD, check_period, check_seed, check_trigger_timing
+from ._errors import HookNameWarning
+from ._messages import with_article
+from ._node_args import DEFAULT_PERIOD, check_period, check_seed, check_trigger_timing, period_from_rate
 from ._plain import is_plain
 from ._port import Staged, _Port
 from ._ports import Input
@@ -107,6 +113,7 @@ class Node:
     Args:
         period: Seconds of the run's timer between two updates on average (finite, > 0);
             None (the default when a ``trigger`` is given): only the trigger updates it.
+        rate: Updates per second (Hz) instead of ``period``: ``rate=30`` is ``period=1/30``.
         trigger: Update also (or only) when inputs get new messages: :func:`mujou.on` or
             :func:`mujou.on_all`. See :ref:`trigger.any`.
         min_interval: Timer seconds (>= 0) that at least separate a triggered update from
@@ -130,14 +137,27 @@ class Node:
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Check the class once, when it is defined: its hooks' signatures and names, ``state_exclude``.
+
+        See :ref:`nodes.hook-signature` and :ref:`nodes.hook-name-warning`.
+        """
         super().__init_subclass__(**kwargs)
         if "state_exclude" in cls.__dict__:
             _check_exclude(cls, cls.__dict__["state_exclude"])
+        for name, value in list(cls.__dict__.items()):
+            if name in HOOK_PARAMETERS:
+                _check_hook_signature(cls, name, value)
+            else:
+                _check_hook_name(cls, name, value)
+        init = cls.__dict__.get("__init__")
+        if inspect.isfunction(init):
+            cls.__init__ = _refusing_instance_ports(init)  # type: ignore[method-assign]  # wrapped once, at class creation
 
     def __init__(
         self,
         *,
         period: float | None = DEFAULT_PERIOD,
+        rate: float | None = None,
         trigger: Trigger | None = None,
         min_interval: float = 0.0,
         delay: float = 0.0,
@@ -147,7 +167,7 @@ class Node:
     ) -> None:
         ports = _class_ports(type(self))
         checked_trigger = check_trigger(type(self), trigger, dict(ports))
-        checked_period = check_period(period, checked_trigger)
+        checked_period = check_period(period_from_rate(period, rate), checked_trigger)
         checked_interval = check_trigger_timing("min_interval", min_interval, checked_trigger)
         checked_delay = check_trigger_timing("delay", delay, checked_trigger)
         checked_seed = check_seed(seed)
@@ -340,6 +360,122 @@ def not_initialized_message(node: object) -> str:
 def is_initialized(node: Node) -> bool:
     """Whether ``Node.__init__`` ran for ``node``."""
     return "_mujou" in node.__dict__
+
+
+# -- the checks of a node class, when it is defined -------------------------------------------
+
+# The hooks Mujou calls, with the arguments it passes (positionally, after self).
+HOOK_PARAMETERS: Final[Mapping[str, tuple[str, ...]]] = {
+    "on_start": (),
+    "on_update": ("dt",),
+    "on_stop": (),
+    "state_dict": (),
+    "load_state_dict": ("state",),
+}
+# A method's name resembles a hook's when, lower-cased and without underscores, difflib finds
+# them this close (0.8: "update" ~ "on_update", "stop" ~ "on_stop"; "state" !~ "state_dict").
+_NAME_CUTOFF: Final = 0.8
+_FOLDED_HOOKS: Final = {name.replace("_", ""): name for name in HOOK_PARAMETERS}
+
+
+def _fold(name: str) -> str:
+    return name.lower().replace("_", "")
+
+
+def _function_of(value: object) -> tuple[Callable[..., Any], bool] | None:
+    """The function a class attribute defines, and whether it is bound when called; else None."""
+    if isinstance(value, staticmethod):
+        return value.__func__, False
+    if isinstance(value, classmethod):
+        return value.__func__, True
+    if inspect.isfunction(value):
+        return value, True
+    return None
+
+
+def _check_hook_signature(cls: type, name: str, value: object) -> None:
+    """Refuse a hook that cannot be called as Mujou calls it (nodes.hook-signature)."""
+    found = _function_of(value)
+    if found is None:
+        return  # not a function: nothing to read a signature from
+    function, bound = found
+    params = HOOK_PARAMETERS[name]
+    expected = f"def {name}({', '.join(('self', *params))})"
+    if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+        raise TypeError(
+            f"{cls.__name__}.{name} is async; Mujou calls hooks as plain functions and "
+            f"never awaits them: define it as {expected}"
+        )
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to read (a C function): checked when called
+        return
+    try:
+        signature.bind(*([None] if bound else []), *([None] * len(params)))
+    except TypeError:
+        called = f"node.{name}({', '.join(params)})"
+        bare = signature.replace(  # the parameters alone: annotations would only lengthen it
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        raise TypeError(
+            f"{cls.__name__}.{name}{bare} cannot be called as Mujou calls it, "
+            f"{called}: define it as {expected}"
+        ) from None
+
+
+def _check_hook_name(cls: type, name: str, value: object) -> None:
+    """Warn when a method's name resembles a hook's name (nodes.hook-name-warning)."""
+    if name.startswith("_") or hasattr(Node, name):
+        return  # private names, and what Node defines, are never hooks misspelled
+    found = _function_of(value)
+    if found is None:
+        return
+    close = difflib.get_close_matches(_fold(name), _FOLDED_HOOKS, n=1, cutoff=_NAME_CUTOFF)
+    if not close:
+        return
+    hook = _FOLDED_HOOKS[close[0]]
+    function = inspect.unwrap(found[0])
+    code = getattr(function, "__code__", None)
+    message = (
+        f"{cls.__name__}.{name} looks like the hook {hook}, which Mujou calls; Mujou never "
+        f"calls {name}. Rename it {hook} if it is meant as the hook; if it is a method of "
+        f"your own, give it a name further from {hook} or starting with '_'"
+    )
+    if code is None:
+        warnings.warn(message, HookNameWarning, stacklevel=3)
+        return
+    module = getattr(function, "__module__", None) or "<unknown>"
+    registry = getattr(function, "__globals__", {}).setdefault("__warningregistry__", {})
+    # At the method's own line, so the filter and the report point to the misspelled def.
+    warnings.warn_explicit(message, HookNameWarning, code.co_filename, code.co_firstlineno, module, registry)
+
+
+def _refusing_instance_ports(init: Callable[..., None]) -> Callable[..., None]:
+    """``init``, then a refusal of any port it assigned on the instance (ports.instance-refused).
+
+    The check runs once per construction, after the class's own ``__init__``, so that setting
+    an attribute in a hook costs what it costs on any object.
+    """
+
+    @functools.wraps(init)
+    def checked(self: Node, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        for name, value in vars(self).items():
+            if isinstance(value, _Port) and value._node is None:
+                raise AttributeError(instance_port_message(type(self), name, value))
+
+    return checked
+
+
+def instance_port_message(cls: type, name: str, port: object) -> str:
+    """The error for a port assigned on a node instance (ports.instance-refused)."""
+    kind = type(port).__name__
+    return (
+        f"{cls.__name__}.{name}: {with_article(kind)} cannot be assigned on a node instance; ports "
+        f"are declared on the class: write {name} = {kind}(...) in the body of class "
+        f"{cls.__name__}, not self.{name} = {kind}(...) in a method"
+    )
 
 
 # -- the default state: which attributes it keeps ---------------------------------------------

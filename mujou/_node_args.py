@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ._numbers import non_negative, positive
+from ._numbers import non_negative, positive, shown
 from ._trigger import Trigger
 
 SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes seeds in [0, 2**64)
@@ -32,6 +32,24 @@ def check_period(period: object, trigger: Trigger | None) -> float:
             )
         return math.inf
     return positive("period", period)  # run.number-arguments
+
+
+def period_from_rate(period: object, rate: object) -> object:
+    """The period to check: ``period``, or ``1 / rate`` when the node gives ``rate=`` (Hz) instead.
+
+    See threads.rate.
+    """
+    if rate is None:
+        return period
+    if period is not DEFAULT_PERIOD:
+        raise TypeError(
+            f"give period= (seconds between updates) or rate= (updates per second, Hz), not "
+            f"both; got period={shown(period)} and rate={shown(rate)}"
+        )
+    hertz = positive("rate", rate, unit=" of hertz")
+    if not math.isfinite(1.0 / hertz):
+        raise ValueError(f"rate must be a number of hertz whose period 1/rate is finite, got {shown(rate)}")
+    return 1.0 / hertz
 
 
 def check_trigger_timing(name: str, value: object, trigger: Trigger | None) -> float:

@@ -76,9 +76,15 @@ class _Port:
     def node(self) -> Node:
         """The node this port belongs to."""
         if self._node is None:
+            kind = type(self).__name__
+            if not self._attr:  # made outside a class body: assigned on an instance, in a hook
+                raise TypeError(
+                    f"this {kind} belongs to no node: it was made outside a class body (such as "
+                    f"self.y = {kind}() in a hook); ports are declared on the class: write "
+                    f"y = {kind}() in the class body"
+                )
             raise TypeError(
-                f"{type(self).__name__} {self._attr!r} is the class attribute; "
-                "use the port of a node instance (node.port)"
+                f"{kind} {self._attr!r} is the class attribute; use the port of a node instance (node.port)"
             )
         return self._node
 
