@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import ClassVar
 
+from ._net_text import branch_text
 from ._node import Node, _core, is_initialized, not_initialized_message
 from ._port import M
 from ._ports import Input, Output, link
@@ -135,6 +136,16 @@ class Branch:
         else:
             object.__setattr__(member, "_parent", self)
             object.__setattr__(member, "_attr", key)
+
+    def __str__(self) -> str:
+        """The tree of its members, one node a line with its ports below, as ``print(nn.Module)``.
+
+        See :ref:`net.print`; ``repr()`` stays one short line.
+        """
+        try:
+            return branch_text(self)
+        except Exception:  # printing must not fail, even while another thread changes the net
+            return repr(self)
 
     def _ancestors(self) -> Iterator[Branch]:
         branch = self._parent

@@ -323,6 +323,15 @@ class Node:
                     )
                 setattr(self, key, copy_to(saved, self.device))
 
+    def __str__(self) -> str:
+        """The node's line in a printed net, then its ports: see :ref:`net.print`."""
+        from ._net_text import node_text  # imports this module
+
+        try:
+            return node_text(self)
+        except Exception:  # printing must not fail, even while another thread changes the net
+            return repr(self)
+
     def __repr__(self) -> str:
         """``<Sensor 'sensor' period=0.01 cpu>``: class, name, period, device; never raises."""
         cls = type(self).__name__

@@ -42,9 +42,12 @@ class NodeStats:
     coalesced: Mapping[str, int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RunStats:
     """A run's counters.
+
+    ``print(stats)`` shows them as a table, a row per node and per worker; ``repr`` is one
+    short line. See :ref:`observe.stats-print`.
 
     Attributes:
         time: The run's timer time when the stats were taken.
@@ -58,6 +61,74 @@ class RunStats:
     workers: int
     nodes: Mapping[str, NodeStats]
     worker_busy: tuple[float, ...]
+
+    def __repr__(self) -> str:
+        """``<RunStats t=10.000 s: 3 nodes, 2 workers>``."""
+        return f"<RunStats {self._heading()}>"
+
+    def _heading(self) -> str:
+        nodes, workers = _count(len(self.nodes), "node"), _count(self.workers, "worker")
+        return f"t={self.time:.3f} s: {nodes}, {workers}"
+
+    def __str__(self) -> str:
+        """The table: a row per node (updates, skipped, lateness, busy, coalesced), per worker."""
+        rows: list[tuple[str, ...]] = [NODE_COLUMNS]
+        for name, node in self.nodes.items():
+            coalesced = str(sum(node.coalesced.values())) if node.coalesced else "-"
+            rows.append(
+                (
+                    name,
+                    str(node.updates),
+                    str(node.skipped),
+                    duration(node.lateness_p50),
+                    duration(node.lateness_p99),
+                    duration(node.lateness_max),
+                    duration(node.busy),
+                    coalesced,
+                )
+            )
+        lines = [f"RunStats at {self._heading()}", *_table(rows)]
+        if self.worker_busy:
+            lines += [
+                "",
+                *_table(
+                    [WORKER_COLUMNS, *((str(i), f"{busy:.0%}") for i, busy in enumerate(self.worker_busy))]
+                ),
+            ]
+        else:
+            lines += ["", "no workers: every node has a thread of its own"]
+        return "\n".join(lines)
+
+
+NODE_COLUMNS = ("node", "updates", "skipped", "late p50", "late p99", "late max", "busy", "coalesced")
+WORKER_COLUMNS = ("worker", "busy")
+
+
+def duration(seconds: float) -> str:
+    """Seconds in the unit that shows them plainly: ``0``, ``12.3 µs``, ``1.20 ms``, ``0.532 s``."""
+    if seconds == 0:
+        return "0"
+    if abs(seconds) < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if abs(seconds) < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.3f} s"
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows aligned in columns: the first column to the left, the others to the right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def percentile(ordered: list[float], fraction: float) -> float:
