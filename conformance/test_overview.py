@@ -43,6 +43,7 @@ DOCUMENTED_API = frozenset(
         "LeakedSettingWarning",
         "GlobalRandomWarning",
         "UnsavedAttributeWarning",
+        "HookNameWarning",
         "RunStats",
         "NodeStats",
         "MujouInternalError",
