@@ -1252,9 +1252,9 @@ def oversubscribed(workers: int, dedicated: int, threads: int, fix: str) -> str:
 
 @pytest.mark.rule("settings.oversubscription-warning")
 def test_oversubscription_warns_once_with_the_fix() -> None:
-    """> mujou.run issues one OversubscriptionWarning, with the fix (torch.set_num_threads(1)
-    > before mujou.run, or fewer workers), when (workers + dedicated-thread nodes) ×
-    > torch.get_num_threads() exceeds the physical cores the process may use."""
+    """> mujou.run issues one OversubscriptionWarning, with the fixes that would help
+    > (torch.set_num_threads(1) before mujou.run when torch uses more than one thread, fewer
+    > workers when there are more than one, fewer dedicated threads when there are any)."""
     too_many = len(affinity()) + 1
     torch.set_num_threads(1)
     with (
