@@ -54,7 +54,7 @@ class Harness:
         self,
         target: Node | Net,
         *,
-        inputs: Mapping[Input[Any] | str, Any] | None = None,
+        inputs: Mapping[str, Any] | Mapping[Input[Any], Any] | Mapping[Input[Any] | str, Any] | None = None,
         state: Mapping[str, Any] | None = None,
         seed: int | None = None,
         workers: int = 1,
