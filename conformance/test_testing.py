@@ -4,6 +4,8 @@ and the harness that runs one node (or a small net) under the virtual timer."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from collections import OrderedDict
 from typing import Any, ClassVar
 
@@ -303,4 +305,21 @@ def test_two_harnesses_fed_alike_end_in_equal_states() -> None:
             states.append(h.state_dict())
     assert_states_equal(states[0], states[1])
     assert state_difference(states[0], states[2]) is not None  # another seed: another noise
+
+
+@pytest.mark.rule("overview.testing-module")
+def test_the_testing_module_is_public_and_not_imported_by_mujou() -> None:
+    """> mujou.testing, which import mujou does not import; its public API is exactly the
+    names in mujou.testing.__all__; each has a docstring and reports __module__ == "mujou.testing"."""
     assert mujou.testing.__all__ == ["Harness", "assert_states_equal", "state_difference"]
+    public = {name for name in vars(mujou.testing) if not name.startswith("_")}
+    assert public == set(mujou.testing.__all__)
+    for name in mujou.testing.__all__:
+        obj = getattr(mujou.testing, name)
+        assert obj.__doc__, name
+        assert obj.__module__ == "mujou.testing", name
+    code = "import sys, mujou; print('mujou.testing' in sys.modules, 'mujou._harness' in sys.modules)"
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+
+    assert done.stdout.split() == ["False", "False"]
