@@ -131,3 +131,16 @@ def test_a_node_in_a_process_of_its_own_derives_the_same_seed() -> None:
     with mujou.run(net, timer=vt(), seed=9, processes={"far": [net.noise, net.quiet]}) as run:
         run.sleep(0.35)
         mujou.testing.assert_states_equal(alone, run.state_dict())
+
+
+@pytest.mark.rule("threads.derived-seed", "run.one-run-per-net")
+def test_a_run_refused_for_a_running_node_reseeds_nothing() -> None:
+    """> once the run holds its nodes: a run that cannot hold them changes no generator."""
+    net = Pair()
+    with mujou.run(net, timer=vt()) as run:
+        run.sleep(0.2)
+        seed, state = net.noise.seed, net.noise.generator.get_state()
+        with pytest.raises(RuntimeError, match=r"is in a run that has not ended"):
+            mujou.run(net, timer=vt(), seed=3)
+        assert net.noise.seed == seed
+        assert torch.equal(net.noise.generator.get_state(), state)
