@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, final
 
@@ -81,7 +81,7 @@ class Harness:
         first = {} if inputs is None else {self._input(key, "inputs"): value for key, value in inputs.items()}
         self._lock = threading.Lock()
         self._sent: dict[Output[Any], list[tuple[float, Any]]] = {}
-        self._watchers: list[tuple[Output[Any], Any]] = []
+        self._watchers: list[tuple[Output[Any], Callable[[object], None]]] = []
         self._feeds: list[tuple[float, int, Input[Any], Any]] = []  # (at, order, port, snapshot)
         self._count = 0
         self._closed = False
@@ -99,7 +99,8 @@ class Harness:
             self._unwatch()
             raise
 
-    def _recorder(self, port: Output[Any]) -> Any:
+    def _recorder(self, port: Output[Any]) -> Callable[[object], None]:
+        """A watcher of ``port`` that logs each message it publishes with its send time."""
         log = self._sent[port]
 
         def record(message: object) -> None:
