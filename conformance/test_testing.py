@@ -277,8 +277,11 @@ def test_the_harness_refuses_what_it_cannot_do() -> None:
     Bag(placed=placed)
     with pytest.raises(ValueError, match=r"^node 'placed' is in a net already"):
         Harness(placed)
+    echo = Echo()
     with pytest.raises(ValueError, match=r"^input 'echo.x' has no source"):
-        Harness(Echo())  # as mujou.run: an input that is not optional needs a first message
+        Harness(echo)  # as mujou.run: an input that is not optional needs a first message
+    with Harness(echo, inputs={echo.x: torch.tensor(1.0)}) as h:  # refused, the node is free
+        assert h.step() == 0.0
     other = Smoother()
     with Harness(Smoother()) as h:
         h.advance(0.2)

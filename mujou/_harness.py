@@ -97,6 +97,8 @@ class Harness:
             )
         except BaseException:
             self._unwatch()
+            if isinstance(target, Node):  # refused: the node is free again, for another harness
+                delattr(net, target._mujou.attr)
             raise
 
     def _recorder(self, port: Output[Any]) -> Callable[[object], None]:
