@@ -62,6 +62,7 @@ class NodeCore:
         "hook_thread",
         "hooks",
         "min_interval",
+        "own_seed",
         "parent",
         "period",
         "ports",
@@ -85,6 +86,7 @@ class NodeCore:
         self.min_interval = 0.0
         self.delay = 0.0
         self.seed = seed
+        self.own_seed = True  # given with Node(seed=...): no run reseeds it (threads.derived-seed)
         self.generator = generator
         self.device = device
         self.cpu = device.type == "cpu"
@@ -119,7 +121,9 @@ class Node:
         min_interval: Timer seconds (>= 0) that at least separate a triggered update from
             the previous update; arrivals meanwhile make one update at the interval's end.
         delay: Timer seconds (>= 0) from the arrival that triggers an update to its due time.
-        seed: The seed of ``self.generator``; None draws a nondeterministic one.
+        seed: The seed of ``self.generator``; None: each run seeds it from the run's seed and
+            the node's name (see :ref:`threads.derived-seed`), and until the first run it has
+            a nondeterministic one.
         device: ``"cpu"`` or a CUDA device (``"cuda"``, ``"cuda:N"`` or a torch.device).
         dedicated_thread: Run this node's hooks on a thread of its own instead of the workers.
 
@@ -183,6 +187,7 @@ class Node:
         else:
             generator.manual_seed(checked_seed)
         core = NodeCore(checked_period, checked_seed, generator, parsed, dedicated_thread)
+        core.own_seed = seed is not None
         core.trigger = checked_trigger
         core.min_interval = checked_interval
         core.delay = checked_delay
@@ -217,7 +222,8 @@ class Node:
 
     @property
     def seed(self) -> int:
-        """The seed ``self.generator`` was made from (drawn at random when none was given)."""
+        """The seed ``self.generator`` was last seeded with: the node's own, else the one its
+        latest run derived (see :ref:`threads.derived-seed`), else one drawn at random."""
         return _core(self).seed
 
     @property

@@ -45,6 +45,7 @@ class Run:
     _engine: Engine
     _processes: Processes | None  # the run's other processes (proc.host-api), if any
     _subscriptions: list[Subscription[Any]]
+    _seed: int  # the run's seed (threads.run-seed), set by mujou.run after _setup
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("mujou.Run has no public constructor; use mujou.run(net)")
@@ -277,6 +278,15 @@ class Run:
         return self._engine.time()
 
     @property
+    def seed(self) -> int:
+        """The run's seed, given to :func:`mujou.run` or chosen by it. See :ref:`threads.run-seed`.
+
+        Every node made without ``seed=`` has its generator seeded from it and the node's
+        name; giving it to a new run of the same net (``seed=run.seed``) seeds them again alike.
+        """
+        return self._seed
+
+    @property
     def workers(self) -> int:
         """The number of worker threads of the run (of all its processes)."""
         if self._processes is not None:
@@ -297,13 +307,17 @@ class Run:
             RuntimeError: the run has ended.
         """
         self._host_call("sleep")
-        until = self.time + _seconds("seconds", seconds)
+        self._sleep_until(self.time + _seconds("seconds", seconds), stacklevel=3)
+
+    def _sleep_until(self, until: float, *, stacklevel: int) -> None:
+        """``sleep`` to the timer time ``until`` (mujou.testing's exact times: no rounding);
+        warnings point ``stacklevel`` frames up."""
         self._live("sleep")
         if self._engine.virtual:
             self._advance(until, None)
         else:
             self._engine.wait_real(until, lambda: False)
-        self._engine.hooks.flush_warnings(stacklevel=2)
+        self._engine.hooks.flush_warnings(stacklevel=stacklevel)
         self._engine.raise_error()
 
     def join(self, timeout: float | None = None) -> None:

@@ -25,6 +25,7 @@ from ._processes._placement import HOST, Placement, check_processes
 from ._processes._start import start as start_processes
 from ._progress import Progress
 from ._run import Run, _host_message
+from ._seeds import run_seed, seed_nodes
 from ._timer import RealTimeTimer, Timer
 from ._trace import TraceRecorder
 from ._tree import mismatch_message
@@ -41,6 +42,7 @@ def run(
     trace: str | os.PathLike[str] | None = None,
     progress: bool = False,
     processes: Mapping[str, object] | None = None,
+    seed: int | None = None,
 ) -> Run:
     """Start ``net`` and return its :class:`Run`; use it as a context manager.
 
@@ -59,6 +61,9 @@ def run(
         progress: Print a live progress line to stderr (see :ref:`observe.progress`).
         processes: Groups of nodes that run in processes of their own, by name: each a node,
             a net or node container, or a list or tuple of those (see :ref:`proc.placement`).
+        seed: The run's seed, an int in ``[0, 2**64)``: each node made without ``seed=`` has
+            its generator seeded from it and its name. None: 0 under the virtual timer, fresh
+            entropy under the real-time timer (see :ref:`threads.run-seed`); ``run.seed`` tells.
 
     Raises:
         TypeError, ValueError: an argument is not allowed; nothing was started.
@@ -82,6 +87,7 @@ def run(
             "timer must be mujou.RealTimeTimer() or mujou.VirtualTimer(), "
             f"got {type(timer).__name__}: {timer!r}"
         )
+    chosen_seed = run_seed(seed, timer)
     nodes = list(net.nodes())
     _check_net(net, nodes)
     _check_cycles(nodes)
@@ -103,10 +109,19 @@ def run(
         )
         recorder = None if trace is None else TraceRecorder(trace)  # observe.trace-start
         engine, group = start_processes(
-            net, nodes, placement, workers=counts, timer=timer, first=first, state=state, recorder=recorder
+            net,
+            nodes,
+            placement,
+            workers=counts,
+            timer=timer,
+            first=first,
+            state=state,
+            recorder=recorder,
+            seed=chosen_seed,
         )
         handle = Run.__new__(Run)
         handle._setup(net, engine, group)
+        handle._seed = chosen_seed
         if progress:
             engine.finishers.append(Progress(handle._progress_sample).finish)
         return handle
@@ -125,6 +140,7 @@ def run(
                 raise ValueError(mismatch_message(problems))
         engine.claim()
         forget_messages(nodes)
+        seed_nodes(nodes, chosen_seed)  # the run owns the nodes now, and no hook has run
     except BaseException:
         if recorder is not None:  # refused before any hook ran: no trace, no file left
             recorder.discard()
@@ -145,6 +161,7 @@ def run(
         raise
     handle = Run.__new__(Run)
     handle._setup(net, engine)
+    handle._seed = chosen_seed
     if progress:
         engine.finishers.append(Progress(handle._progress_sample).finish)
     return handle

@@ -132,6 +132,7 @@ def test_every_example_is_tested(path: Path) -> None:
         "checkpoint_resume",
         "many_nodes",
         "two_processes",
+        "test_sensor_fusion",
     }
     assert path.stem in tested, f"add a test for examples/{path.name}"
 
@@ -142,3 +143,9 @@ def test_two_processes() -> None:
     assert [where for _, where, _ in runs] == ["the host's process", "a process of its own"], out
     assert all(int(made) > 0 and int(seen) > 0 for made, _, seen in runs), out
     assert re.search(r"Speed-up with the right planner in a process of its own: \d+\.\d\dx", out), out
+
+
+def test_the_tests_of_the_sensor_fusion_nodes() -> None:
+    """examples/test_sensor_fusion.py: pytest idioms with mujou.testing.Harness, run as a script."""
+    out = run_example("test_sensor_fusion.py")
+    assert re.search(r"^6 passed in ", out, re.MULTILINE), out

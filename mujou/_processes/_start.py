@@ -18,6 +18,7 @@ from .._net import Net
 from .._node import Node
 from .._port import forget_messages
 from .._ports import Input
+from .._seeds import seed_nodes
 from .._state import cpu_copy
 from .._timer import RealTimeTimer, Timer
 from .._trace import TraceRecorder
@@ -48,6 +49,7 @@ def start(
     first: Mapping[Input[Any], tuple[Any, Nest | None]],
     state: Mapping[str, Any] | None,
     recorder: TraceRecorder | None,
+    seed: int,
 ) -> tuple[Engine, Processes]:
     """Start the run's processes and the host's engine; on any failure, nothing is left."""
     restore, meta = (None, {}) if state is None else check_state(nodes, state)
@@ -65,6 +67,7 @@ def start(
     try:
         _claim(remote, engine)
         forget_messages(nodes)
+        seed_nodes(nodes, seed)  # before the nodes are packed: each process gets their generators
         processes.spawn(workers, virtual=engine.virtual, scale=_scale(timer))
         if restore is None:
             processes.start(None)
