@@ -8,6 +8,7 @@ disk), else from PyTorch's CPU index. A fake interpreter stands in for the envir
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -71,3 +72,33 @@ def test_pip_here_has_the_cpu_build_offline(noxfile: ModuleType) -> None:
         pytest.skip(f"torch {torch.__version__} is not {noxfile.TORCH}")
     assert os.path.exists(sys.executable)
     assert noxfile.torch_install_args(Path(sys.executable), "cpu") == [noxfile.TORCH]
+
+
+def test_the_launcher_says_what_is_missing(tmp_path: Path) -> None:
+    """./nox with a Python older than 3.11, or one without the venv module, says what to do,
+    and leaves no half-made .venv behind (which would make the next run fail differently)."""
+    launcher = tmp_path / "nox"
+    launcher.write_bytes((REPO / "nox").read_bytes())
+    launcher.chmod(0o755)
+    old = executable(tmp_path / "old-python", 'case "$1" in -c) exit 1;; esac; exit 0')
+    done = subprocess.run(
+        [str(launcher), "--list"],
+        env={**os.environ, "PYTHON": str(old)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1 and "needs Python 3.11 or newer" in done.stderr, done
+    # A Python whose `-m venv` makes the folder and fails, as Debian's without python3-venv.
+    venvless = executable(
+        tmp_path / "venvless-python", 'case "$1" in -c) exit 0;; -m) mkdir -p "$3/bin"; exit 1;; esac'
+    )
+    done = subprocess.run(
+        [str(launcher), "--list"],
+        env={**os.environ, "PYTHON": str(venvless)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1 and "sudo apt install python3-venv" in done.stderr, done
+    assert not (tmp_path / ".venv").exists(), "a half-made .venv was left behind"
