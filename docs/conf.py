@@ -34,7 +34,7 @@ sys.path[:0] = [str(DOCS / "_ext"), str(REPO / "conformance" / "meta"), str(REPO
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 LANGUAGES = {"en": "English", "ja": "日本語"}
-TITLES = {"en": "Mujou specification", "ja": "Mujou 仕様"}
+TITLES = {"en": "Mujou documentation", "ja": "Mujou ドキュメント"}
 
 
 def _version() -> str:

@@ -166,26 +166,43 @@ def parse_spec_page(path: Path, lang: str) -> tuple[list[Rule], list[SpecProblem
     return rules, problems
 
 
+def toctrees(lang: str) -> list[list[str]]:
+    """The entries of each toctree of the index of ``spec/<lang>``, in order.
+
+    The first is the user's guide (non-normative pages), then the specification, then the
+    reference.
+    """
+    index_path = SPEC_DIR / lang / "index.md"
+    if not index_path.exists():
+        return []
+    found: list[list[str]] = []
+    fence: str | None = None
+    for line in index_path.read_text(encoding="utf-8").splitlines():
+        if fence is None:
+            match = _TOCTREE_START.match(line)
+            if match:
+                fence = match.group(1)
+                found.append([])
+            continue
+        if line.strip() == fence:
+            fence = None
+            continue
+        entry = line.strip()
+        if entry and not entry.startswith(":"):
+            found[-1].append(entry.removesuffix(".md"))
+    return found
+
+
+def guide_pages(lang: str) -> list[str]:
+    """The pages of the user's guide: the first toctree of the index."""
+    return next(iter(toctrees(lang)), [])
+
+
 def page_order(lang: str) -> list[str]:
-    """The pages of one language: those of the index's toctree in its order, then the rest."""
-    lang_dir = SPEC_DIR / lang
-    pages = sorted(path.stem for path in lang_dir.glob("*.md"))
-    listed: list[str] = []
-    index_path = lang_dir / "index.md"
-    if index_path.exists():
-        fence: str | None = None
-        for line in index_path.read_text(encoding="utf-8").splitlines():
-            if fence is None:
-                match = _TOCTREE_START.match(line)
-                if match:
-                    fence = match.group(1)
-                continue
-            if line.strip() == fence:
-                break
-            entry = line.strip()
-            if entry and not entry.startswith(":"):
-                listed.append(entry.removesuffix(".md"))
-    # The index first, then the toctree's order, then pages the toctree does not list.
+    """The pages of one language: those of the index's toctrees in order, then the rest."""
+    pages = sorted(path.stem for path in (SPEC_DIR / lang).glob("*.md"))
+    listed = [entry for toctree in toctrees(lang) for entry in toctree]
+    # The index first, then the toctrees' order, then pages no toctree lists.
     return [page for page in dict.fromkeys(["index", *listed, *pages]) if page in pages]
 
 

@@ -168,7 +168,7 @@ def test_api_pages_document_every_public_name() -> None:
         assert not unknown, f"{page.relative_to(REPO)} documents names not in mujou.__all__: {unknown}"
 
 
-@pytest.mark.parametrize("page", ["api", "traceability", "tutorial"])
+@pytest.mark.parametrize("page", ["api", "traceability", "tutorial", "specification"])
 def test_directive_blocks_are_the_same_in_both_languages(page: str) -> None:
     """The generated parts (autodoc, the traceability table) are the same blocks in en and ja."""
     en, ja = (
@@ -378,6 +378,21 @@ def test_traceability_page_lists_every_rule_with_its_tests(site: Site) -> None:
     shown = {test: status for _, _, tests in listed for test, status in tests}
     for test, status in site.made_up.items():
         assert shown.get(test) == status, f"{test}: the page shows {shown.get(test)!r}, not {status!r}"
+
+
+def test_traceability_page_counts_cases_as_pytest_does(site: Site) -> None:
+    """The totals of the results are cases, as pytest counts them (a parameter set is one), and
+    say how many test functions they belong to: 5 cases of 3 functions in the made-up file."""
+    (line,) = _parse(site.out / "traceability.html").root.find("p", "mujou-trace-results")
+    text = " ".join(line.all_text().split())
+    cases = [outcome for outcomes in _MADE_UP.values() for outcome in outcomes]
+    counts = {status: cases.count(status) for status in ("passed", "failed", "skipped")}
+    expected = (
+        f"{len(cases)} test cases, {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped"
+    )
+    assert expected in text, text
+    assert f"in {len(_MADE_UP)} test functions" in text, text
 
 
 def test_api_reference_documents_every_public_name(site: Site) -> None:

@@ -46,12 +46,14 @@ TRACE_WORDS: dict[str, dict[str, str]] = {
         "skipped": "skipped",
         "not-run": "not run",
         "cases": "{passed} of {total} cases passed, {skipped} skipped",
-        "results": "Results of the last run of the conformance suite: `{file}`, run at {time}: "
-        "{tests} tests, {passed} passed, {failed} failed, {skipped} skipped.",
+        "results": "Results of the last run of the test suite: `{file}`, run at {time}: "
+        "{cases} test cases, {passed} passed, {failed} failed, {skipped} skipped, counted as "
+        "pytest counts them (each parameter set of a test function is a case, and an error "
+        "counts as a failure), in {tests} test functions.",
         "no-results": "No results of a run of the conformance suite were found (`{file}`), so "
         "every test shows “not run”. Run the suite with "
         "``pytest --junitxml=docs/_build/junit.xml`` before building the site.",
-        "summary": "{rules} rules, {tested} of them cited by tests; {citing} tests cite them.",
+        "summary": "{rules} rules, {tested} of them cited by tests; {citing} test functions cite them.",
         "page-summary": "{rules} rules, {tested} with tests.",
         "failing": "Rules with a failing test:",
     },
@@ -61,11 +63,14 @@ TRACE_WORDS: dict[str, dict[str, str]] = {
         "skipped": "スキップ",
         "not-run": "未実行",
         "cases": "{total} ケース中 {passed} 成功、{skipped} スキップ",
-        "results": "適合テストの最後の実行の結果: `{file}`（{time} に実行）。テスト {tests} 件、"
-        "成功 {passed}、失敗 {failed}、スキップ {skipped}。",
+        "results": "テストスイートの最後の実行の結果: `{file}`（{time} に実行）。テストケース "
+        "{cases} 件、成功 {passed}、失敗 {failed}、スキップ {skipped}。pytest と同じ数え方で、"
+        "テスト関数のパラメータの組の一つ一つを一ケースとし、エラーは失敗に数える。"
+        "テスト関数は {tests} 件。",
         "no-results": "適合テストの実行結果が見つからない（`{file}`）ので、どのテストも「未実行」と示す。"
         "サイトを作る前に ``pytest --junitxml=docs/_build/junit.xml`` でテストを実行する。",
-        "summary": "規則 {rules} 件、そのうちテストが引くもの {tested} 件。規則を引くテストは {citing} 件。",
+        "summary": "規則 {rules} 件、そのうちテストが引くもの {tested} 件。"
+        "規則を引くテスト関数は {citing} 件。",
         "page-summary": "規則 {rules} 件、テストのあるもの {tested} 件。",
         "failing": "失敗したテストのある規則:",
     },
@@ -233,10 +238,11 @@ class RuleTraceabilityDirective(SphinxDirective):
                     trace["results"].format(
                         file=results.file,
                         time=results.timestamp or "?",
+                        cases=sum(o.passed + o.failed + o.skipped for o in results.outcomes.values()),
                         tests=len(results.outcomes),
-                        passed=sum(o.status == PASSED for o in results.outcomes.values()),
-                        failed=sum(o.status == FAILED for o in results.outcomes.values()),
-                        skipped=sum(o.status == SKIPPED for o in results.outcomes.values()),
+                        passed=sum(o.passed for o in results.outcomes.values()),
+                        failed=sum(o.failed for o in results.outcomes.values()),
+                        skipped=sum(o.skipped for o in results.outcomes.values()),
                     ),
                     "mujou-trace-results",
                 )
