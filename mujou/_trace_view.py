@@ -405,11 +405,15 @@ def _timeline_svg(view: TraceView) -> str:
     return "\n".join(out)
 
 
-def _histogram(values: list[float], top: float, bins: int = 40, width: int = 320, height: int = 24) -> str:
-    """A small inline histogram of ``values`` from 0 to ``top``."""
+LOW = 1e-6  # the histograms' lowest lateness, in seconds: lower ones count in the first bar
+
+
+def _histogram(values: list[float], high: float, bins: int = 40, width: int = 320, height: int = 24) -> str:
+    """A small inline histogram of ``values`` on a log scale from ``LOW`` to ``high`` seconds."""
     counts = [0] * bins
+    span = math.log(high / LOW) if high > LOW else 1.0
     for v in values:
-        counts[min(bins - 1, max(0, int(v / top * bins))) if top > 0 else 0] += 1
+        counts[min(bins - 1, max(0, int(math.log(max(v, LOW) / LOW) / span * bins)))] += 1
     most = max(counts) or 1
     bars = "".join(
         f'<rect x="{i * width / bins:.1f}" y="{height - c / most * height:.1f}" '
@@ -422,11 +426,10 @@ def _histogram(values: list[float], top: float, bins: int = 40, width: int = 320
 
 def _lateness_table(view: TraceView) -> str:
     e = _html.escape
-    every = [v for n in view.nodes for v in view.lateness(n)]
-    top = quantile(sorted(every), 0.99) if every else 0.0
+    high = max([LOW * 10, *(v for n in view.nodes for v in view.lateness(n))])
     rows = [
         "<table><tr><th>node</th><th>updates</th><th>p50</th><th>p99</th><th>max</th>"
-        f"<th>distribution, 0 to {top * 1e3:.3f} ms (later ones in the last bar)</th></tr>"
+        f"<th>distribution, log scale from 0.001 ms to {high * 1e3:.3f} ms</th></tr>"
     ]
     for node in view.nodes:
         late = view.lateness(node)
@@ -434,7 +437,7 @@ def _lateness_table(view: TraceView) -> str:
             f'<tr><td><span class="swatch" style="background:{view.color(node)}"></span>{e(node)}</td>'
             f"<td>{len(view.updates(node))}</td><td>{_ms(quantile(late, 0.5))}</td>"
             f"<td>{_ms(quantile(late, 0.99))}</td><td>{_ms(late[-1] if late else math.nan)}</td>"
-            f"<td>{_histogram(late, top) if late else ''}</td></tr>"
+            f"<td>{_histogram(late, high) if late else ''}</td></tr>"
         )
     rows.append("</table>")
     return "\n".join(rows)
