@@ -159,3 +159,23 @@ def test_no_flow_without_a_send_that_woke_a_node(tmp_path: Path) -> None:
         run.sleep(0.05)
     slices, pairs = flows(path)
     assert pairs == [] and len(slices) > 10, (len(slices), pairs)
+
+
+@pytest.mark.rule("observe.trace-flows", "proc.trace")
+def test_flows_inside_a_process_of_the_run_and_none_across_processes(tmp_path: Path) -> None:
+    """> [...] a message from another process of the run ([](#proc.trace)) starts no flow.
+
+    ``middle`` and ``sink`` run in a process of their own: the source's messages cross into it
+    and start no flow; the middle's wake the sink inside that process, whose track the flows
+    are on."""
+    path = tmp_path / "t.json"
+    net = Chain()
+    far = {"far": [net.middle, net.sink]}
+    with hang_guard(HANG_GUARD), mujou.run(net, timer=mujou.VirtualTimer(), trace=path, processes=far) as run:
+        run.sleep(0.1)
+    slices, pairs = flows(path)
+    assert Counter((a["name"], b["name"]) for a, b in pairs) == {("middle", "sink"): 10}, pairs
+    assert all(a["pid"] == b["pid"] != 1 for a, b in pairs), pairs  # in the process's tracks
+    for sender, woken in pairs:
+        assert woken["args"]["t"] == sender["args"]["t"], (sender, woken)
+    assert sum(s["name"] == "middle" and s["cat"] == "on_update" for s in slices) == 10
