@@ -99,6 +99,25 @@ def test_a_script_without_the_guard_is_told_about_the_guard_in_a_few_lines(tmp_p
     assert len(output.splitlines()) < 20, output
 
 
+@pytest.mark.rule("proc.main-guard")
+def test_an_unguarded_run_without_processes_before_a_guarded_one_is_named_too(tmp_path: Path) -> None:
+    """> A `mujou.run` called in a process of a run while that process imports the main script
+    [...] starts nothing [...]: two programs pasted into one file, the first without the guard
+    and without processes, would run the first again in the second's process."""
+    first = "first = Pair()\nwith mujou.run(first, timer=mujou.VirtualTimer()) as run:\n    run.sleep(0.05)\n"
+    first += "print('first ran')\n"
+    guarded = "\nif __name__ == '__main__':\n" + textwrap.indent(RUN, "    ")
+    script = tmp_path / "pasted.py"
+    script.write_text(NODES + first + guarded)
+    result = python([str(script)], tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert result.stdout.count("first ran") == 1, output  # in the host only, not in the process
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("mujou.ProcessError: process 'far' of the run could not start"), output
+    assert 'if __name__ == "__main__":' in last, output
+
+
 @pytest.mark.rule("proc.main-file")
 def test_a_node_class_of_a_script_on_stdin_is_refused_with_a_type_error_naming_it(tmp_path: Path) -> None:
     """> A node placed in a process whose class is defined there makes `mujou.run` raise
