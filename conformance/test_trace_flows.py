@@ -179,3 +179,51 @@ def test_flows_inside_a_process_of_the_run_and_none_across_processes(tmp_path: P
     for sender, woken in pairs:
         assert woken["args"]["t"] == sender["args"]["t"], (sender, woken)
     assert sum(s["name"] == "middle" and s["cat"] == "on_update" for s in slices) == 10
+
+
+class Fast(Node):
+    y = Output()
+
+    def __init__(self, period: float) -> None:
+        super().__init__(period=period)
+
+    def on_update(self, dt: float) -> None:
+        self.y.send(torch.ones(1))
+
+
+class Both(Node):
+    a = Input()
+    b = Input()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on_all("a", "b"))
+
+    def on_update(self, dt: float) -> None:
+        self.a.read()
+
+
+class Pair(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fast = Fast(0.001)
+        self.slow = Fast(0.4)
+        self.both = Both()
+        self.connect(self.fast.y, self.both.a)
+        self.connect(self.slow.y, self.both.b)
+
+
+@pytest.mark.rule("observe.trace-flows")
+def test_an_update_woken_by_many_sends_has_the_first_256_flows(tmp_path: Path) -> None:
+    """> Several messages that wake one update are as many flows into it, up to 256 (the first
+    ones)."""
+    path = tmp_path / "t.json"
+    with hang_guard(HANG_GUARD), mujou.run(Pair(), timer=mujou.VirtualTimer(), trace=path) as run:
+        run.sleep(0.45)  # 450 sends on a; b at 0.4 s: one update of both, woken by them all
+    slices, pairs = flows(path)
+    [update] = [s for s in slices if s["name"] == "both" and s["cat"] == "on_update"]
+    assert update["args"]["t"] == pytest.approx(0.4)
+    senders = [a for a, b in pairs if b is update]
+    assert len(senders) == len(pairs) == 256, len(pairs)
+    assert {a["name"] for a in senders} == {"fast"}  # the first 256 of fast's 400
+    times = sorted(a["args"]["t"] for a in senders)
+    assert times == pytest.approx([0.001 * (i + 1) for i in range(256)]), times[:5]

@@ -98,12 +98,18 @@ def arrivals_due(slot: Slot) -> float:
     return due
 
 
+MAX_FLOWS_IN = 256
+"""The flows kept for one update at most: a node whose trigger does not hold (an on_all still
+missing an input) keeps the first ones, not one per send for as long as the run runs."""
+
+
 def note_flows(port: _Port, source: tuple[str, float]) -> None:
     """Tracing: a message made visible on ``port`` was sent in the slice at ``source`` (its
     thread's name, a time in it); each node it wakes keeps it for the trace's flow into its
     next update (observe.trace-flows). With the engine's lock held."""
     for slot in port._wakes:
-        slot.flows_in.append(source)
+        if len(slot.flows_in) < MAX_FLOWS_IN:
+            slot.flows_in.append(source)
 
 
 def arrived(policy: Policy, port: _Port, now: float, by: Slot | None = None) -> None:
