@@ -80,7 +80,7 @@ def _lateness(view: TraceView, axes: Any) -> None:
         boxes = axes.boxplot(
             data,
             orientation="horizontal",
-            whis=(1, 99),
+            whis=(0, 100),
             showfliers=False,
             patch_artist=True,
             medianprops={"color": "black"},
@@ -94,7 +94,7 @@ def _lateness(view: TraceView, axes: Any) -> None:
         ]
         axes.set_yticks(range(1, len(nodes) + 1), labels, fontsize=8)
         axes.set_ylim(len(nodes) + 0.5, 0.5)
-    axes.set_xlabel("lateness of the updates (ms; box: p25-p75, whiskers: p1-p99)")
+    axes.set_xlabel("lateness of the updates (ms; box: p25-p75, whiskers: min-max)")
     axes.set_title("Lateness of each node", fontsize=10)
     if data:
         axes.set_xlim(left=0)
