@@ -37,6 +37,7 @@ DOCUMENTED_API = frozenset(
         "VirtualTimer",
         "save",
         "load",
+        "plot_trace",
         "HookError",
         "MujouWarning",
         "OversubscriptionWarning",

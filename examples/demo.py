@@ -3,13 +3,17 @@
 A camera on a thread of its own (30 Hz) produces noisy frames, a policy (100 Hz) turns its
 latest frame into a command, and a controller (500 Hz) smooths the commands. The host
 prints what the net does while it runs, takes the state, and resumes it under the virtual
-timer to show that a resumed run continues exactly where the saved one stopped.
+timer to show that a resumed run continues exactly where the saved one stopped. The first
+run records a trace; the demo ends by drawing it, to look at offline: a page for a browser,
+and a picture where matplotlib is installed (``pip install mujou[plot]``).
 
-Run it with ``python examples/demo.py``.
+Run it with ``python examples/demo.py [--out DIR]`` (the trace and its pictures go to DIR, by
+default the folder ``mujou-demo`` in the system's temporary folder).
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import warnings
 from pathlib import Path
@@ -91,11 +95,25 @@ def show(run: mujou.Run, net: Robot) -> None:
     print(f"t={run.time:5.2f} s  position [{where}]  updates: {counts}  worst lateness {late * 1e3:.1f} ms")
 
 
-def main() -> None:
+def look(trace: Path) -> None:
+    """Draw the trace, to look at the run offline: a page, and a picture with matplotlib."""
+    page = trace.with_suffix(".html")
+    mujou.plot_trace(trace, page)
+    print(f"The first run's trace is {trace}; look at it in a browser: {page}")
+    try:
+        mujou.plot_trace(trace, trace.with_suffix(".png"))
+    except ImportError:
+        print("(pip install mujou[plot] to draw it as a picture too)")
+    else:
+        print(f"or as a picture: {trace.with_suffix('.png')}")
+
+
+def main(out: Path) -> None:
     torch.set_num_threads(1)  # a process-wide setting, made by the host before mujou.run
     net = Robot()
+    trace = out / "demo-trace.json"
     print(f"Running {len(list(net.nodes()))} nodes in real time for 3 s...")
-    with mujou.run(net) as run:
+    with mujou.run(net, trace=trace) as run:
         print(f"{run.workers} worker thread(s), plus the camera's own thread")
         for _ in range(6):
             run.sleep(0.5)
@@ -122,7 +140,11 @@ def main() -> None:
                 results.append(run.state_dict()["controller"]["position"])
         same = torch.equal(results[0], results[1])
         print(f"Both resumed runs ended in the same state, bit for bit: {same}")
+    look(trace)
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = Path(tempfile.gettempdir()) / "mujou-demo"
+    parser.add_argument("--out", type=Path, default=default, help=f"where the trace goes (default {default})")
+    main(parser.parse_args().out)

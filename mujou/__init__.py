@@ -30,6 +30,7 @@ from ._subscription import Subscription as Subscription
 from ._timer import RealTimeTimer as RealTimeTimer
 from ._timer import Timer as Timer
 from ._timer import VirtualTimer as VirtualTimer
+from ._trace_view import plot_trace as plot_trace
 from ._trigger import Trigger as Trigger
 from ._trigger import on as on
 from ._trigger import on_all as on_all
@@ -67,6 +68,7 @@ __all__ = [
     "load",
     "on",
     "on_all",
+    "plot_trace",
     "run",
     "save",
 ]

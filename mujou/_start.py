@@ -21,6 +21,7 @@ from ._net import Net
 from ._node import Node
 from ._port import _Port, forget_messages
 from ._ports import Input, Output
+from ._processes._main_script import refuse_in_import
 from ._processes._placement import HOST, Placement, check_processes
 from ._processes._start import start as start_processes
 from ._progress import Progress
@@ -71,6 +72,7 @@ def run(
         RuntimeError: a node of the net is in a run that has not ended.
         HookError: an ``on_start`` hook raised; the started nodes were stopped.
     """
+    refuse_in_import()  # proc.main-guard
     if not isinstance(net, Net):
         raise TypeError(f"net must be a mujou.Net, got {type(net).__name__}: {net!r}")
     if workers is not None:

@@ -32,16 +32,21 @@ from ._files import Temporary, reworded
 CHUNK = 1024  # slices a recording thread keeps before it hands them to the writer
 MAX_PENDING = 64  # chunks waiting for the writer at most (with CHUNK, about 20 MB)
 
-# (node, hook, began, ended, (t, dt, lateness) or None)
-Slice = tuple[str, str, float, float, tuple[float, float, float] | None]
+Update = tuple[float, float, float, list[tuple[str, float]] | None]
+"""An update's t, dt and lateness, and the sends that woke it (observe.trace-flows): per send,
+its thread's name and a time in its slice; None for none."""
+
+# (node, hook, began, ended, the update or None)
+Slice = tuple[str, str, float, float, Update | None]
+
+FLOW = {"name": "wake", "cat": "flow"}
+"""The name and category of every flow event (observe.trace-flows)."""
 
 
 class Recorder(Protocol):
     """What the engine needs of a trace: a slice per hook call, and the end of the run."""
 
-    def record(
-        self, node: str, hook: str, began: float, ended: float, update: tuple[float, float, float] | None
-    ) -> None: ...
+    def record(self, node: str, hook: str, began: float, ended: float, update: Update | None) -> None: ...
 
     def write(self) -> None: ...
 
@@ -82,6 +87,7 @@ class TraceRecorder:
         self._writer: threading.Thread | None = None
         # The writer's (or, at the end, write()'s) alone:
         self._written = 0  # events in the file
+        self._flow = 0  # the last flow's id
         self._error: Exception | None = None  # the file could not be written
         self._file, self._temporary = self._create()
 
@@ -109,9 +115,7 @@ class TraceRecorder:
         self._file.close()
         self._temporary.discard()
 
-    def record(
-        self, node: str, hook: str, began: float, ended: float, update: tuple[float, float, float] | None
-    ) -> None:
+    def record(self, node: str, hook: str, began: float, ended: float, update: Update | None) -> None:
         """Record one hook call that ran on the calling thread from ``began`` to ``ended``."""
         try:
             track: _Track = self._local.track
@@ -189,7 +193,8 @@ class TraceRecorder:
             self.dropped += len(slices)
 
     def _events(self, pid: int, tid: int, slices: list[Slice]) -> list[dict[str, Any]]:
-        """One complete event per hook call."""
+        """One complete event per hook call, and a flow (a start and an end event) per send
+        that woke it (observe.trace-flows)."""
         origin = self.origin
         events: list[dict[str, Any]] = []
         for node, hook, began, ended, update in slices:
@@ -202,11 +207,27 @@ class TraceRecorder:
                 "pid": pid,
                 "tid": tid,
             }
+            flows = None
             if update is not None:
-                t, dt, lateness = update
+                t, dt, lateness, flows = update
                 event["args"] = {"t": t, "dt": dt, "lateness": lateness}
             events.append(event)
+            if flows:
+                end = round((began + (ended - began) / 2 - origin) * 1e6, 3)  # inside the slice
+                for thread, at in flows:
+                    self._flow += 1
+                    start = {"ph": "s", "id": self._flow, "ts": round((at - origin) * 1e6, 3)}
+                    events.append({**FLOW, **start, "pid": pid, "tid": self._tid(pid, thread)})
+                    events.append(
+                        {**FLOW, "ph": "f", "bp": "e", "id": self._flow, "ts": end, "pid": pid, "tid": tid}
+                    )
         return events
+
+    def _tid(self, pid: int, thread: str) -> int:
+        """The track id of thread ``thread`` of process ``pid`` (1: this one)."""
+        with self._lock:
+            tids = self._tids if pid == 1 else self._processes[pid][1]
+            return tids.setdefault(thread, len(tids) + 1)
 
     def _append(self, events: list[dict[str, Any]]) -> None:
         """Append ``events`` to the array of the temporary file."""

@@ -46,9 +46,13 @@ def numbers(line: str) -> list[float]:
     return [float(value) for value in re.findall(r"[-+]?\d+\.\d+", line)]
 
 
-def test_demo() -> None:
-    out = run_example("demo.py")
+def test_demo(tmp_path: Path) -> None:
+    out = run_example("demo.py", "--out", str(tmp_path))
     assert "Both resumed runs ended in the same state, bit for bit: True" in out
+    page = tmp_path / "demo-trace.html"
+    assert f"look at it in a browser: {page}" in out, out  # the demo says where its picture is
+    text = page.read_text(encoding="utf-8")
+    assert all(name in text for name in ("camera", "policy", "controller")), text[:500]
 
 
 def test_robot_loop_and_its_trace(tmp_path: Path) -> None:

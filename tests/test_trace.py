@@ -61,7 +61,7 @@ def test_a_long_recording_holds_at_most_a_chunk_and_streams_to_a_temporary_file(
     recorder = TraceRecorder(path)
     total = 20 * CHUNK + 7
     for i in range(total):
-        recorder.record("n", "on_update", float(i), float(i) + 0.5, (float(i), 1.0, 0.0))
+        recorder.record("n", "on_update", float(i), float(i) + 0.5, (float(i), 1.0, 0.0, None))
         assert len(recorder._tracks[0].slices) < CHUNK, f"the thread kept a chunk after {i + 1} records"
         assert held(recorder) <= CHUNK, f"{held(recorder)} slices held after {i + 1} records"
         if (i + 1) % CHUNK == 0:

@@ -98,6 +98,20 @@ def arrivals_due(slot: Slot) -> float:
     return due
 
 
+MAX_FLOWS_IN = 256
+"""The flows kept for one update at most: a node whose trigger does not hold (an on_all still
+missing an input) keeps the first ones, not one per send for as long as the run runs."""
+
+
+def note_flows(port: _Port, source: tuple[str, float]) -> None:
+    """Tracing: a message made visible on ``port`` was sent in the slice at ``source`` (its
+    thread's name, a time in it); each node it wakes keeps it for the trace's flow into its
+    next update (observe.trace-flows). With the engine's lock held."""
+    for slot in port._wakes:
+        if len(slot.flows_in) < MAX_FLOWS_IN:
+            slot.flows_in.append(source)
+
+
 def arrived(policy: Policy, port: _Port, now: float, by: Slot | None = None) -> None:
     """A message became visible on ``port`` at ``now`` (sent by ``by``'s update, if any):
     every node it wakes gets ``arrive``."""

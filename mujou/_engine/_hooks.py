@@ -25,6 +25,7 @@ from ._slot import Slot
 # Bound once: they run around every hook.
 _get_ident = threading.get_ident
 _perf_counter = time.perf_counter
+_current_thread = threading.current_thread
 _is_grad_enabled = torch.is_grad_enabled
 _is_inference_mode_enabled = torch.is_inference_mode_enabled
 _initial_seed = torch.default_generator.initial_seed
@@ -101,9 +102,11 @@ class Hooks:
                 if restore_host is not None:
                     restore_host()
                 if self.trace is not None:
-                    self.trace.record(
-                        slot.name, hook, began, ended, slot.now if hook == "on_update" else None
-                    )
+                    if hook == "on_update":
+                        slot.traced_at = (_current_thread().name, began + (ended - began) / 2)
+                        self.trace.record(slot.name, hook, began, ended, slot.now)
+                    else:
+                        self.trace.record(slot.name, hook, began, ended, None)
             finally:
                 if (
                     _is_grad_enabled() != grad

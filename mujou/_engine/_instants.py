@@ -12,7 +12,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ._arrivals import arrived
+from .._ports import Output
+from ._arrivals import arrived, note_flows
 from ._clock import RealClock, VirtualClock
 from ._collect import stopping_now
 from ._policy import Policy
@@ -47,6 +48,7 @@ class Instants:
     advance_until: float | None
     microstep: int
     ended: bool
+    tracing: bool
 
     def deliver(self) -> bool:
         raise NotImplementedError
@@ -109,6 +111,10 @@ class Instants:
         now = self.clock.now()
         for port in woken:  # after every publish: an on_all trigger sees the tag's messages
             arrived(self.policy, port, now)
+            if self.tracing and isinstance(port, Output) and port._slot is not None:
+                sender = port._slot.traced_at  # where the sender's update, just ended, ran
+                if sender is not None:
+                    note_flows(port, sender)
 
     def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         """Virtual timer: run every update due up to ``until`` (or forever), instant by instant.

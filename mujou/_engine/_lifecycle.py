@@ -41,7 +41,7 @@ from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
 from .._trace import Recorder
 from .._tree import check_tree
-from ._arrivals import arrived, wire
+from ._arrivals import arrived, note_flows, wire
 from ._clock import make_clock
 from ._collect import state_tree
 from ._exit import live
@@ -83,6 +83,7 @@ class Engine(Instants):
             self.slots, workers, virtual=self.virtual, scale=self.clock.scale, gil=gil_enabled()
         )
         self.hooks = Hooks(self.slots, trace)
+        self.tracing = trace is not None
         self.cpu_clocks: CpuClocks | None = None
         if self.policy.gil is not None and CpuClocks.available():
             self.cpu_clocks = self.policy.gil.cpu_of = CpuClocks(workers)
@@ -313,6 +314,8 @@ class Engine(Instants):
         with self.lock:
             policy = self.policy
             arrived(policy, port, self.clock.now(), by)
+            if by is not None and self.tracing:  # in the sender's hook, on its thread
+                note_flows(port, (threading.current_thread().name, time.perf_counter()))
             if policy.wake:
                 self.deliver()
 

@@ -19,6 +19,7 @@ from ._arrivals import arrivals_due
 
 if TYPE_CHECKING:
     from .._node import Node, NodeCore
+    from .._trace import Update
 
 START, RESTORE, STATE, STOP = "start", "restore", "state", "stop"
 HOOK_OF_JOB = {START: "on_start", RESTORE: "load_state_dict", STATE: "state_dict", STOP: "on_stop"}
@@ -52,6 +53,7 @@ class Slot:
         "dt_min",
         "dt_sum",
         "due",
+        "flows_in",
         "hook",
         "index",
         "inputs",
@@ -71,6 +73,7 @@ class Slot:
         "stop_queued",
         "stopped",
         "timeout",
+        "traced_at",
         "trigger_all",
         "trigger_inputs",
         "updates",
@@ -107,7 +110,13 @@ class Slot:
         self.lateness = array("d")  # the last LATENESS_WINDOW latenesses, a ring once full
         self.lateness_max = 0.0
         self.hook = ""  # the hook running now, while core.hook_thread is set
-        self.now: tuple[float, float, float] | None = None  # the running update's t, dt, lateness
+        # Tracing: the running update's t, dt, lateness and the flows into it (observe.trace).
+        self.now: Update | None = None
+        # Tracing (observe.trace-flows): where the sends that woke the node were made (a
+        # thread's name and a time in the sender's slice), for its next update; where its
+        # last update ran, for a flow from it to start.
+        self.flows_in: list[tuple[str, float]] = []
+        self.traced_at: tuple[str, float] | None = None
         self.warned: set[str] = set()
         # The node's inputs: each update marks which message was latest at its start (ports.fresh).
         self.inputs = tuple(port for port in core.ports.values() if isinstance(port, Input))
@@ -184,7 +193,13 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     else:
         slot.lateness[done % LATENESS_WINDOW] = lateness
     if traced:
-        slot.now = (start, dt, lateness)
+        flows = slot.flows_in
+        if flows:  # appended to under the lock: an arrival meanwhile stays for the next update
+            taken = flows[:]
+            del flows[: len(taken)]
+            slot.now = (start, dt, lateness, taken)
+        else:
+            slot.now = (start, dt, lateness, None)
     for port in slot.inputs:  # Input.fresh: the number of the latest message at this start
         source = port._source
         latest = (port if source is None else source)._latest

@@ -42,6 +42,7 @@ from .._engine._lifecycle import HOST_POLL_REAL, HOST_POLL_VIRTUAL
 from .._errors import HookError, MujouInternalError, ProcessError
 from .._node import Node
 from . import _codec as codec
+from ._main_script import GUARD_EXIT, guard_reason
 from ._member import Failure
 
 EXIT_GRACE = 10.0  # real seconds a process is given for each step of its end, then killed
@@ -235,6 +236,8 @@ class Group:
                 code = self.process.exitcode
             except ValueError:  # its handle was closed meanwhile, with the code kept first
                 code = self.exitcode
+        if code == GUARD_EXIT and reason is None:
+            reason = guard_reason()
         return kind(self.name, code, self.node_names, self.nodes_stopped, reason)
 
     # -- the threads -----------------------------------------------------------------------

@@ -39,11 +39,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from ._main_script import main_file
+
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext
 
 PRELOAD = ["torch", "mujou"]
 """What the server imports once, for every process it starts."""
+
+PROBE_NAME = "mujou-probe"  # the first process from a new server, which reports its imports
 
 PROBE_TIMEOUT = 60.0  # real seconds the first process from a new server has to report (a busy machine)
 
@@ -145,7 +149,7 @@ def _report(connection: Connection) -> None:
 def _probe(context: ForkServerContext) -> tuple[str | None, str | None] | None:
     """Start one process from the server; the files of its torch and Mujou, None if it failed."""
     receiving, sending = context.Pipe(duplex=False)
-    process = context.Process(target=_report, args=(sending,), name="mujou-probe", daemon=True)
+    process = context.Process(target=_report, args=(sending,), name=PROBE_NAME, daemon=True)
     try:
         process.start()
         sending.close()
@@ -199,7 +203,7 @@ if sys.platform == "linux":
         def _launch(self, process_obj: Any) -> None:
             server = CHOICE.server
             assert server is not None
-            prep_data = spawn.get_preparation_data(process_obj._name)
+            prep_data = _without_main(spawn.get_preparation_data(process_obj._name), process_obj._name)
             buf = io.BytesIO()
             _context.set_spawning_popen(self)
             try:
@@ -214,6 +218,15 @@ if sys.platform == "linux":
             with open(w, "wb", closefd=True) as f:
                 f.write(buf.getbuffer())
             self.pid = forkserver.read_signed(self.sentinel)
+
+    def _without_main(prep_data: dict[str, Any], name: str) -> dict[str, Any]:
+        """What a process is prepared with, less the import of the main script for the probe
+        (which needs none of it) and where the main program has no file to import (standard
+        input): there ``spawn`` would ask the process to run a file that does not exist."""
+        if name == PROBE_NAME or ("init_main_from_path" in prep_data and main_file() is None):
+            prep_data.pop("init_main_from_path", None)
+            prep_data.pop("init_main_from_name", None)
+        return prep_data
 
     def _close(*fds: int) -> None:
         for fd in fds:

@@ -22,6 +22,7 @@ import torch
 from .._ports import Output
 from ._child import Setup, main
 from ._group import EXIT_GRACE, Group
+from ._main_script import check_classes
 from ._pack import pack
 from ._placement import HOST, Placement
 from ._server import HostStreams, start_context
@@ -43,6 +44,7 @@ def spawn(
 ) -> Spawned:
     """Start each group's process. Each group's first reply (its nodes rebuilt, or why not)
     is still to come: ``Group.built``."""
+    check_classes(placement.groups)  # before the fork server starts
     context = start_context()
     names = [HOST, *placement.groups]
     readers_of = {

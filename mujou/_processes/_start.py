@@ -13,6 +13,7 @@ from typing import Any
 from .._engine import Engine
 from .._engine._restore import check_schedule
 from .._engine._slot import Slot
+from .._errors import ProcessError
 from .._messages import Nest
 from .._net import Net
 from .._node import Node
@@ -24,6 +25,7 @@ from .._timer import RealTimeTimer, Timer
 from .._trace import TraceRecorder
 from .._tree import check_tree, mismatch_message
 from ._host import Processes
+from ._main_script import GUARD_EXIT
 from ._member import Member
 from ._placement import HOST, Placement
 
@@ -84,7 +86,7 @@ def start(
             else:
                 group.call("write", port.name, cpu_copy(message[0]))
         processes.go()
-    except BaseException:
+    except BaseException as exc:
         try:
             processes.stop()
         finally:
@@ -93,6 +95,9 @@ def start(
             _unclaim(remote, engine)
             if recorder is not None and not started:  # no hook ran: no trace, no file left
                 recorder.discard()
+        if isinstance(exc, ProcessError) and exc.exitcode == GUARD_EXIT:
+            # The user's mistake, not Mujou's: the traceback from mujou.run, not its inside.
+            raise exc.with_traceback(None) from None
         raise
 
     def finish() -> None:

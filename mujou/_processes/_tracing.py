@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._trace import CHUNK, Slice
+from .._trace import CHUNK, Slice, Update
 
 
 class TraceForwarder:
@@ -23,9 +23,7 @@ class TraceForwarder:
         self._lock = threading.Lock()
         self._tracks: list[tuple[str, list[list[Slice]]]] = []  # (thread, [its current list])
 
-    def record(
-        self, node: str, hook: str, began: float, ended: float, update: tuple[float, float, float] | None
-    ) -> None:
+    def record(self, node: str, hook: str, began: float, ended: float, update: Update | None) -> None:
         try:
             box: list[list[Slice]] = self._local.box
         except AttributeError:
