@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import torch
+from _support import HANG_GUARD, hang_guard
 
 import mujou
-from conformance._support import HANG_GUARD, hang_guard
 from mujou import Input, Net, Node, Output
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _support import HANG_GUARD, hang_guard
 
 import mujou
-from conformance._support import HANG_GUARD, hang_guard
 from mujou import Input, Net, Node, Output
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
