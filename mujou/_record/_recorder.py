@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import torch
 
@@ -201,6 +201,7 @@ class _Channel:
     # Messages dropped: counted only where the port's messages are published (its node's hook
     # thread, or the engine's commit), one thread at a time, so a plain int is enough.
     lost: int = 0
+    mirrored: bool = False  # its node is in another process: the host sees no microstep
 
 
 @dataclass
@@ -257,7 +258,7 @@ class Session:
         self.header = _header(net, nodes, engine, workers, recorder)
         self.unwatch: list[Callable[[], None]] = []
         self.writer: Any = None
-        self.stream: IO[bytes] | None = None
+        self.stream: _Unbuffered | None = None
         self.last_progress = (time.monotonic(), 0)
         if recorder._path is not None and self.window is None:
             self.stream = _open(recorder._path)
@@ -272,10 +273,11 @@ class Session:
         self.start()
         for channel in self.channels:
             port = channel.port
+            channel.mirrored = processes is not None and processes.group_of(port.node) is not None
             watcher = self._real_watcher(channel) if not self.virtual else self._virtual_watcher(channel)
             port._add_watcher(watcher)
             self.unwatch.append(functools.partial(port._remove_watcher, watcher))
-            if processes is not None and processes.group_of(port.node) is not None:
+            if processes is not None and channel.mirrored:
                 self.unwatch.append(processes.watch(port))
 
     def started(self, run: Run) -> None:
@@ -301,7 +303,8 @@ class Session:
         return watch
 
     def _virtual_watcher(self, channel: _Channel) -> Callable[[Any], None]:
-        port, pending, limit, engine = channel.port, self.pending, self.limit, self.engine
+        port, pending, limit = channel.port, self.pending, self.limit
+        engine = None if channel.mirrored else self.engine
 
         def watch(message: Any) -> None:
             if self.muted:
@@ -314,7 +317,8 @@ class Session:
                 channel.lost += 1
                 return
             latest = port._latest
-            pending.append((channel, message, latest[3] if latest is not None else 0.0, engine.microstep))
+            microstep = 0 if engine is None else engine.microstep
+            pending.append((channel, message, latest[3] if latest is not None else 0.0, microstep))
             if self.idle:
                 self.wake.set()
 
@@ -474,13 +478,7 @@ class Session:
         )
 
     def _trim_keyframes(self) -> None:
-        """Keep the keyframes of the window, and the last one before it (a replay starts there)."""
-        keyframes, messages = self.kept.keyframes, self.kept.messages
-        if not messages:
-            return
-        oldest = messages[0][1]
-        while len(keyframes) > 1 and keyframes[1][0] <= oldest:
-            del keyframes[0]
+        _trim(self.kept.keyframes, self.kept.messages)
 
     def _finish(self) -> None:
         self.writer.add_metadata("mujou.end", self._end_record(self.messages))
@@ -627,9 +625,10 @@ class Session:
         if not self.closed:
             self.flush()
         with self.kept_lock:
-            messages = list(self.kept.messages)
+            messages = collections.deque(self.kept.messages)
             keyframes = list(self.kept.keyframes)
             channels = list(self.kept_channels)
+        _trim(keyframes, messages)
         mcap = _mcap()
         where = f"cannot write the recording {str(target)!r}"
         try:
@@ -670,6 +669,18 @@ class Session:
             raise
 
 
+def _trim(
+    keyframes: list[tuple[int, bytes]], messages: collections.deque[tuple[int, int, int, bytes]]
+) -> None:
+    """Keep the keyframes of the messages' window, from the last one at or before its first
+    message (where a replay of the window starts)."""
+    if not messages:
+        return
+    oldest = messages[0][1]
+    while len(keyframes) > 1 and keyframes[1][0] <= oldest:
+        del keyframes[0]
+
+
 def check_outputs(recorder: Recorder, nodes: Sequence[Node]) -> None:
     """Refuse ``recorder``'s outputs= if one is not an output of ``nodes`` (before a start)."""
     _channels(recorder, nodes)
@@ -688,11 +699,35 @@ def start_with_processes(
     return session
 
 
-def _open(path: Path) -> IO[bytes]:
+class _Unbuffered:
+    """A file written without a buffer: mcap writes each chunk whole, so a run that is killed
+    leaves every chunk written before it in the file (a buffer would keep the last ones back).
+    Only what mcap's writer calls: write, tell, close."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._position = 0
+
+    def write(self, data: bytes | memoryview) -> int:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self._position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._position
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _open(path: Path) -> _Unbuffered:
     try:
-        return open(path, "wb")  # closed by the writer thread at the run's end
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
     except OSError as exc:
         raise reworded(exc, f"cannot write the recording {str(path)!r}") from exc
+    return _Unbuffered(fd)  # closed by the writer thread at the run's end
 
 
 def _channels(recorder: Recorder, nodes: Sequence[Node]) -> list[_Channel]:
