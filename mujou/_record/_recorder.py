@@ -20,6 +20,14 @@ called where the message is published): a run that records nothing runs no code 
 watcher puts ``(channel, message, time, microstep)`` on a deque; a writer thread of the run
 (``mujou-record``) takes them off, brings tensors to the CPU, encodes and writes them. Messages
 are read-only once sent (ports.message-read-only), so the reference is enough.
+NOTE [ the writer and the GIL ]
+Under the GIL a thread that computes in Python keeps the GIL until another has waited for it
+for the switch interval (5 ms): a writer busy for long would make every hook that wants the GIL
+meanwhile start up to 5 ms late. Under the real-time timer the writer therefore sleeps briefly
+(``_PAUSE``) after each ``_SLICE`` of writing: a sleep lets a waiting thread take the GIL at
+once, so a hook waits for the writer about ``_SLICE`` at most. This halves the writer's
+throughput at most; under the virtual timer, where lateness means nothing, it writes flat out.
+
 Under the real-time timer the watcher runs in the sending hook: it never waits; past ``queue``
 waiting messages it drops the new one and counts it (``lost``). Under the virtual timer it runs
 where the instant's messages are published, between instants: it waits there for room, so
@@ -67,6 +75,8 @@ _NO_HOLDER = -1  # Engine.crashed's holder of a thread that holds no node
 _IDLE_WAIT = 0.05  # real seconds the writer sleeps on an empty queue before it looks again
 _ROOM_WAIT = 0.05  # real seconds a virtual-timer tap waits for room before it looks again
 _STUCK = 60.0  # real seconds without progress after which the writer is taken for stuck
+_SLICE = 0.0001  # real seconds the writer writes under the real-time timer before a pause
+_PAUSE = 0.00005  # real seconds of that pause (the OS makes it longer: its timer slack)
 
 
 def _mcap() -> Any:
@@ -262,6 +272,8 @@ class Session:
         self.last_progress = (time.monotonic(), 0)
         if recorder._path is not None and self.window is None:
             self.stream = _open(recorder._path)
+        self.polite = not self.virtual  # NOTE [ the writer and the GIL ]
+        self.slice_began = 0.0
         self.thread = threading.Thread(target=self._main, name="mujou-record", daemon=True)
         recorder._session = self
 
@@ -373,6 +385,9 @@ class Session:
     def _next(self) -> Any:
         pending = self.pending
         while True:
+            if self.polite and time.perf_counter() - self.slice_began > _SLICE:
+                time.sleep(_PAUSE)  # NOTE [ the writer and the GIL ]
+                self.slice_began = time.perf_counter()
             try:
                 item = pending.popleft()
             except IndexError:
@@ -383,8 +398,11 @@ class Session:
                 self.wake.wait(_IDLE_WAIT)
                 self.wake.clear()
                 self.idle = False
+                self.slice_began = time.perf_counter()
                 continue
-            if self.waiting_room:
+            # The tap waiting for room is woken once half the queue is free, not at each
+            # message taken: a wake-up per message would hand the GIL back and forth each time.
+            if self.waiting_room and len(pending) <= self.limit // 2:
                 self.waiting_room = False
                 self.room.set()
             return item
@@ -399,8 +417,10 @@ class Session:
         channel_id = channel.ids.get(key)
         if channel_id is None:
             channel_id = self._register(channel, key, message)
-        _, parts = _encoding.message_parts(message, cpu_tensor_copy)
-        data = b"".join(parts)
+        if key is _encoding.TENSOR:
+            data = _encoding.encode_tensor(message)
+        else:
+            data = b"".join(_encoding.message_parts(message, cpu_tensor_copy)[1])
         time_ns = round(stamp * 1e9)
         self.messages += 1
         if self.window is not None:
