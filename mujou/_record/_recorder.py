@@ -253,6 +253,7 @@ class Session:
         self.waiting_room = False
         self.dead = False
         self.failure: BaseException | None = None
+        self.reported = False  # the failure was made the run's error
         self.closing = False
         self.closed = False
         self.window = None if recorder._snapshot is None else round(recorder._snapshot * 1e9)
@@ -380,6 +381,7 @@ class Session:
             self.dead = True
             self.room.set()
             if not self.closing:
+                self.reported = True  # the run's error: close() need not raise it again
                 self.engine.crashed(_NO_HOLDER, exc, exits=False)
 
     def _next(self) -> Any:
@@ -621,8 +623,9 @@ class Session:
             self.keyframe_thread.join(_STUCK)
         self.closing = True
         self._force(_STOP)
-        self._wait_writer(lambda: not self.thread.is_alive())
-        if self.failure is not None:
+        self._wait_writer(lambda: self.dead or not self.thread.is_alive())
+        self.thread.join(_STUCK)  # it has ended, or ends now that it failed
+        if self.failure is not None and not self.reported:
             raise MujouInternalError("the recorder's writer failed") from self.failure
 
     def discard(self) -> None:
