@@ -50,6 +50,7 @@ DOCUMENTED_API = frozenset(
         "MujouInternalError",
         "StateFileError",
         "ProcessError",
+        "Recorder",
     }
 )
 

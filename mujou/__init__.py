@@ -19,6 +19,7 @@ from ._net import Net as Net
 from ._node import Node as Node
 from ._ports import Input as Input
 from ._ports import Output as Output
+from ._record._recorder import Recorder as Recorder
 from ._run import Run as Run
 from ._specs import TensorSpec as TensorSpec
 from ._start import run as run
@@ -56,6 +57,7 @@ __all__ = [
     "OversubscriptionWarning",
     "ProcessError",
     "RealTimeTimer",
+    "Recorder",
     "Run",
     "RunStats",
     "StateFileError",
