@@ -23,6 +23,7 @@ from ._ports import Output as Output
 from ._record._reader import RecordedMessage as RecordedMessage
 from ._record._reader import RecordedPort as RecordedPort
 from ._record._reader import Recording as Recording
+from ._record._recorder import Recorder as Recorder
 from ._run import Run as Run
 from ._specs import TensorSpec as TensorSpec
 from ._start import run as run
@@ -60,6 +61,7 @@ __all__ = [
     "RealTimeTimer",
     "RecordedMessage",
     "RecordedPort",
+    "Recorder",
     "Recording",
     "RecordingVersionWarning",
     "Run",
