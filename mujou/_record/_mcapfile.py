@@ -18,7 +18,7 @@ import io
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from io import BufferedReader
 
 MAGIC = b"\x89MCAP0\r\n"
 _HEADER = struct.Struct("<BQ")  # a record's opcode and the length of its body
@@ -103,7 +103,7 @@ class Contents:
     unindexed: int = 0  # messages outside chunks: a Mujou recording writes none
 
 
-def read_contents(file: BinaryIO, size: int) -> Contents:
+def read_contents(file: BufferedReader, size: int) -> Contents:
     """The contents of an MCAP file: from its summary, or from one pass when it has none.
 
     Raises:
@@ -118,7 +118,7 @@ def read_contents(file: BinaryIO, size: int) -> Contents:
     return _from_records(file, size)
 
 
-def _summary_start(file: BinaryIO, size: int) -> int:
+def _summary_start(file: BufferedReader, size: int) -> int:
     """The summary section's offset from the footer; 0 when there is no footer or summary."""
     footer_at = size - len(MAGIC) - _HEADER.size - _FOOTER_LENGTH
     if footer_at < len(MAGIC):
@@ -132,7 +132,7 @@ def _summary_start(file: BinaryIO, size: int) -> int:
     return start if len(MAGIC) <= start < footer_at else 0
 
 
-def _from_summary(file: BinaryIO) -> Contents:
+def _from_summary(file: BufferedReader) -> Contents:
     from mcap.reader import SeekingReader
 
     file.seek(0)
@@ -178,7 +178,7 @@ def _from_summary(file: BinaryIO) -> Contents:
     return contents
 
 
-def _count_messages(file: BinaryIO, contents: Contents) -> dict[int, int]:
+def _count_messages(file: BufferedReader, contents: Contents) -> dict[int, int]:
     """Count the messages per channel by reading every chunk (a summary without statistics)."""
     counts: dict[int, int] = {}
     for chunk in contents.chunks:
@@ -189,7 +189,7 @@ def _count_messages(file: BinaryIO, contents: Contents) -> dict[int, int]:
     return counts
 
 
-def _from_records(file: BinaryIO, size: int) -> Contents:
+def _from_records(file: BufferedReader, size: int) -> Contents:
     """One pass over the records of a file with no summary, up to the last whole one."""
     contents = Contents()
     schemas: dict[int, tuple[str, str, bytes]] = {}
@@ -305,13 +305,13 @@ def _string_map(body: memoryview, at: int) -> tuple[dict[str, str], int]:
     return found, end
 
 
-def _chunk_times(file: BinaryIO, chunk: Chunk) -> tuple[int, int]:
+def _chunk_times(file: BufferedReader, chunk: Chunk) -> tuple[int, int]:
     file.seek(chunk.offset + _HEADER.size)
     start_ns, end_ns, _, _ = _CHUNK.unpack(file.read(_CHUNK.size))
     return start_ns, end_ns
 
 
-def read_records(file: BinaryIO, chunk: Chunk) -> Iterator[tuple[int, memoryview, int, int]]:
+def read_records(file: BufferedReader, chunk: Chunk) -> Iterator[tuple[int, memoryview, int, int]]:
     """The records of a chunk: ``(opcode, buffer, start, end)``, the body at ``buffer[start:end]``.
 
     The chunk's records are read into one ``bytearray`` (decompressed when the chunk is), which
@@ -355,7 +355,7 @@ MESSAGE_DATA = _MESSAGE.size  # where a message's payload starts in its body
 
 def _decompress(compression: str, data: bytes, size: int) -> bytearray:
     if compression == "lz4":
-        import lz4.frame
+        import lz4.frame  # type: ignore[import-untyped]  # lz4 ships no type information
 
         out: bytearray = lz4.frame.decompress(data, return_bytearray=True)
         return out
@@ -374,7 +374,7 @@ def _decompress(compression: str, data: bytes, size: int) -> bytearray:
     raise ValueError(f"a chunk is compressed with {compression!r}; Mujou reads 'lz4', 'zstd' and none")
 
 
-def read_attachment_data(file: BinaryIO, attachment: Attachment) -> bytes:
+def read_attachment_data(file: BufferedReader, attachment: Attachment) -> bytes:
     """The data of an attachment."""
     file.seek(attachment.offset + _HEADER.size)
     body = memoryview(file.read(attachment.length - _HEADER.size))
