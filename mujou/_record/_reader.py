@@ -269,7 +269,7 @@ class Recording:
 
     @property
     def message_count(self) -> int:
-        """How many messages the file holds (of a cut file: in its whole chunks)."""
+        """How many messages the file holds; of a cut file, those in its whole chunks."""
         return sum(port.messages for port in self._ports.values())
 
     @property
