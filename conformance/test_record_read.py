@@ -200,13 +200,14 @@ def test_messages_by_port_and_time_range_bounds_included(recording: Path) -> Non
 
 
 @pytest.mark.rule("record.read-messages")
-def test_a_tag_written_late_still_comes_in_tag_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk_size", [200, 1 << 20], ids=["another chunk", "the same chunk"])
+def test_a_tag_written_late_still_comes_in_tag_order(tmp_path: Path, chunk_size: int) -> None:
     # Under the real-time timer the writer thread may write a message after one of a later
-    # tag, in another chunk: reading still orders by time, then microstep.
+    # tag, in the same chunk or another: reading still orders by time, then microstep.
     path = tmp_path / "run.mcap"
     messages = [(0, 1.0, 1, torch.ones(3)), *[(1, 1.0 + 0.01 * i, 0, torch.zeros(2)) for i in range(30)]]
     messages.append((0, 1.0, 0, torch.full((3,), 7.0)))  # tag (1.0, 0), written last
-    files.write(path, PORTS, messages, chunk_size=200)
+    files.write(path, PORTS, messages, chunk_size=chunk_size)
     with opened(path) as read:
         got = [(m.port, m.time, m.microstep) for m in read.messages(start=1.0, end=1.0)]
     # Of one tag, the order written: ctl.u's (1.0, 0) came before sensor.reading's.
@@ -364,6 +365,17 @@ class Robot(mujou.Net):
         self.connect(sensor.reading, ctl.x)  # type: ignore[attr-defined]
 
 
+class RenamedSensor(mujou.Node):
+    reading_v2 = mujou.Output(dtype=torch.float32, shape=(3,))
+
+    def __init__(self) -> None:
+        super().__init__(period=0.1)
+
+    @property
+    def reading(self) -> mujou.Output[torch.Tensor]:
+        return self.reading_v2
+
+
 class WideSensor(mujou.Node):
     reading = mujou.Output(dtype=torch.float64, shape=(4,))
     extra = mujou.Output()
@@ -390,6 +402,10 @@ def test_check_net_names_the_ports_that_do_not_match(recording: Path) -> None:
         assert "'sensor.reading': the port declares shape [4], the recording's is [3]" in message
         assert "'sensor.extra' is not in the recording" in message
         assert "ctl" not in message.replace("'sensor", "")
+        renamed = Robot(RenamedSensor(), Control())
+        with pytest.raises(ValueError) as raised:
+            read.check_net(renamed, [renamed.sensor])
+        assert "'sensor.reading' is recorded, but node 'sensor' has no output 'reading'" in str(raised.value)
         with pytest.raises(TypeError, match="nodes must be nodes of the net"):
             read.check_net(net, [Sensor()])
 
