@@ -12,7 +12,9 @@ process and a triggered reader in another), fleet-processes (Python-bound nodes 
 process, then over two), tags-virtual-2p (virtual-timer tags per second with a node in each
 of two processes), start-stop-2p (the start and the stop of a run over two processes, beside a
 bare multiprocessing spawn of two processes that import torch) and soak (the hand-off for
-``--soak-seconds``, counting the descriptors and shared-memory segments).
+``--soak-seconds``, counting the descriptors and shared-memory segments); and record-seek-1GB
+(the seek to a time in a 1 GB recording, Mujou's reader beside mcap's; the file is written
+once, in about 3 minutes, and kept in the temporary folder).
 
 Each measurement runs in a fresh process (``python -m bench._one``); the repeats are
 interleaved (all systems once, then all again), so that a slow minute of the machine does
@@ -141,6 +143,10 @@ TRIGGER_WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
 # The workloads of processes: workload -> message size in bytes (the cross-process hand-off).
 CROSS_WORKLOADS = {"cross-process-256B": 256, "cross-process-64KiB": 65536, "cross-process-1MiB": 1 << 20}
 PROCESS_WORKLOADS = (*CROSS_WORKLOADS, "fleet-processes", "tags-virtual-2p", "start-stop-2p", "soak")
+# Reading a recording (issue 25): the seek, and the seconds more its first run may take to
+# write the 1 GB file it reads.
+RECORD_SEEK = "record-seek-1GB"
+SEEK_WRITE_LIMIT = 600.0
 # Over SLOW by their own length: repeated.
 MEASURED_LONG = {"fleet_processes", "tags_virtual", "start_stop", "soak"}
 
@@ -194,6 +200,9 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
             if system in (MUJOU_1, MUJOU_2) and workload in ("trigger-latency", "chain-10"):
                 given["workers"] = 1 if system == MUJOU_1 else 2
             found.append(Case(system, workload, function, given, limit))
+    if MUJOU_1 in systems:
+        seek = {"gigabytes": 1.0, "seeks": 30}
+        found.append(Case(MUJOU_1, RECORD_SEEK, "seek", seek, limit + SEEK_WRITE_LIMIT, "mujou_record_read"))
     return found + plan_processes(durations, every)
 
 
@@ -592,6 +601,15 @@ def targets(results: Results, systems: list[str]) -> list[Target]:
     )
     found += trigger_targets(results, systems)
     found += process_targets(results, systems)
+    m = _median(results, MUJOU_1, RECORD_SEEK)
+    found.append(
+        Target(
+            "Seek to a time in a 1 GB recording (p50 / max of 30): max ≤ 50 ms",
+            _format(RECORD_SEEK, m) if m else "—",
+            f"mcap's reader: {_ms(m['mcap_seek_p50_ms'])} / {_ms(m['mcap_seek_max_ms'])}" if m else "—",
+            (m["seek_max_ms"] <= 50.0) if m else None,
+        )
+    )
     slower: list[str] = []
     compared = 0
     for n in FLEET_SIZES:
@@ -772,6 +790,11 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             f"{m['host_fds_first']:.0f} → {m['host_fds_last']:.0f} (max {m['host_fds_max']:.0f}), "
             f"of its process {m['child_fds_first']:.0f} → {m['child_fds_last']:.0f} "
             f"(max {m['child_fds_max']:.0f}); /dev/shm {m['shm_first']:.0f} → {m['shm_last']:.0f}"
+        )
+    if workload == RECORD_SEEK:
+        return (
+            f"{_ms(m['seek_p50_ms'])} / {_ms(m['seek_max_ms'])} (open {_ms(m['open_ms'])}; "
+            f"{m['file_gb']:.2f} GB, {m['chunks']:.0f} chunks)"
         )
     if workload.startswith("fleet-"):
         return f"{m['share']:.3f} / {_ms(m['lateness_p99_ms'])}"
