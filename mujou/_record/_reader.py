@@ -205,7 +205,7 @@ class Recording:
     def _warn(self) -> None:
         if self.cut is not None:
             warnings.warn(
-                f"the recording {self._name!r} was cut (the run that wrote it did not close it): "
+                f"the recording {self._name!r} was cut (its run did not close it, or its end is lost): "
                 f"it is read up to its last whole chunk; {self.cut}",
                 TruncatedRecordingWarning,
                 stacklevel=3,
@@ -247,15 +247,17 @@ class Recording:
 
     @property
     def cut(self) -> str | None:
-        """``None`` for a whole file; for a file the run did not close, what was lost.
+        """``None`` for a whole file; for a file the run did not close, or whose end cannot be
+        read, what was lost.
 
         See :ref:`record.read-cut`.
         """
-        if "mujou.end" in self._contents.metadata:
-            return None
-        note = "it has no 'mujou.end' record"
+        notes = [] if "mujou.end" in self._contents.metadata else ["it has no 'mujou.end' record"]
         if self._contents.cut is not None:
-            note += f", and {self._contents.cut}"
+            notes.append(self._contents.cut)
+        if not notes:
+            return None
+        note = ", and ".join(notes)
         last = max((chunk.end_ns for chunk in self._contents.chunks), default=None)
         if last is not None:
             note += f"; the last message kept is at t={last / _NS:.9g}"
