@@ -67,12 +67,20 @@ def recording(tmp_path: Path) -> Path:
 def test_import_mujou_does_not_import_mcap_and_without_it_recording_says_how_to_install(
     tmp_path: Path,
 ) -> None:
+    compressed = tmp_path / "zstd.mcap"
+    files.write(compressed, PORTS, run_messages(2), compression="zstd")
     code = (
         "import sys, mujou\n"
         "assert 'mcap' not in sys.modules, 'import mujou imported mcap'\n"
+        "sys.modules['zstandard'] = None\n"
+        f"recording = mujou.Recording({str(compressed)!r})\n"
+        "try:\n"
+        "    list(recording.messages())\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
         "sys.modules['mcap'] = None\n"
         "try:\n"
-        f"    mujou.Recording({str(tmp_path / 'x.mcap')!r})\n"
+        f"    mujou.Recording({str(compressed)!r})\n"
         "except ImportError as exc:\n"
         "    print(exc)\n"
     )
@@ -81,7 +89,10 @@ def test_import_mujou_does_not_import_mcap_and_without_it_recording_says_how_to_
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=environ, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert "pip install mujou[record]" in result.stdout, result.stdout
+    assert result.stdout.splitlines() == [
+        "reading a chunk compressed with zstd needs the zstandard package: pip install 'mujou[record]'",
+        "reading a recording needs the mcap package: pip install 'mujou[record]'",
+    ], result.stdout
 
 
 @pytest.mark.rule("record.read-open")

@@ -14,11 +14,13 @@ bytes out of the chunk). The record layouts are MCAP's (https://mcap.dev/spec).
 
 from __future__ import annotations
 
+import importlib
 import io
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from io import BufferedReader
+from typing import Any
 
 MAGIC = b"\x89MCAP0\r\n"
 _HEADER = struct.Struct("<BQ")  # a record's opcode and the length of its body
@@ -355,23 +357,30 @@ MESSAGE_DATA = _MESSAGE.size  # where a message's payload starts in its body
 
 def _decompress(compression: str, data: bytes, size: int) -> bytearray:
     if compression == "lz4":
-        import lz4.frame  # type: ignore[import-untyped]  # lz4 ships no type information
-
-        out: bytearray = lz4.frame.decompress(data, return_bytearray=True)
+        out: bytearray = _package("lz4.frame", compression).decompress(data, return_bytearray=True)
         return out
-    if compression == "zstd":
-        import zstandard
+    if compression != "zstd":
+        raise ValueError(f"a chunk is compressed with {compression!r}; Mujou reads 'lz4', 'zstd' and none")
+    out = bytearray(size)
+    with _package("zstandard", compression).ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+        filled = 0
+        while filled < size:
+            read = reader.readinto(memoryview(out)[filled:])
+            if read == 0:
+                raise EOFError("the zstd chunk ends early")
+            filled += read
+    return out
 
-        out = bytearray(size)
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
-            filled = 0
-            while filled < size:
-                read = reader.readinto(memoryview(out)[filled:])
-                if read == 0:
-                    raise EOFError("the zstd chunk ends early")
-                filled += read
-        return out
-    raise ValueError(f"a chunk is compressed with {compression!r}; Mujou reads 'lz4', 'zstd' and none")
+
+def _package(name: str, compression: str) -> Any:
+    """The module ``name`` that decompresses ``compression``, or ImportError saying how to get it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise ImportError(
+            f"reading a chunk compressed with {compression} needs the {name.partition('.')[0]} package: "
+            "pip install 'mujou[record]'"
+        ) from None
 
 
 def read_attachment_data(file: BufferedReader, attachment: Attachment) -> bytes:

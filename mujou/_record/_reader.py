@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 STATE_PREFIX = "state/"
 STATE_MEDIA_TYPE = "application/x-mujou-state"
-INSTALL = "pip install mujou[record]"
+INSTALL = "pip install 'mujou[record]'"
 _NS = 1_000_000_000
 
 
