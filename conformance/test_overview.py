@@ -53,6 +53,7 @@ DOCUMENTED_API = frozenset(
         "MujouInternalError",
         "StateFileError",
         "ProcessError",
+        "Recorder",
     }
 )
 

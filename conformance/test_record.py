@@ -453,6 +453,8 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         mujou.Recorder(tmp_path / "a", queue=0)
     with pytest.raises(ValueError, match=r"^path must be a file path, or None with snapshot="):
         mujou.Recorder()
+    with pytest.raises(ValueError, match=r"^a snapshot recorder writes only when asked: give it no path"):
+        mujou.Recorder(tmp_path / "a", snapshot=1.0)
     with pytest.raises(TypeError, match=r"^outputs must be a list of Output ports"):
         mujou.Recorder(tmp_path / "a", outputs="counter.out")
     net = counting_net()
