@@ -17,6 +17,7 @@ import torch
 
 from . import __version__
 from ._cpus import affinity_cpus, default_workers, gil_enabled, physical_cores, quota_cpus, usable_cpus
+from ._record import _cli as record_cli
 from ._trace_view import add_trace_command, trace_command
 
 PROG = "python -m mujou"
@@ -103,6 +104,7 @@ def parser() -> argparse.ArgumentParser:
     )
     info.add_argument("--json", action="store_true", help="print the same as one JSON object, for scripts")
     add_trace_command(commands)
+    record_cli.add_commands(commands)
     return top
 
 
@@ -114,6 +116,8 @@ def main(argv: list[str]) -> int:
         return 0 if stop.code is None else int(stop.code)
     if args.command == "trace":
         return trace_command(args)
+    if args.command == "record":
+        return record_cli.run(args)
     info = machine_info()
     print(json.dumps(info, indent=2) if args.json else render(info))
     return 0
