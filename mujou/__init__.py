@@ -18,6 +18,7 @@ from ._net import Net as Net
 from ._node import Node as Node
 from ._ports import Input as Input
 from ._ports import Output as Output
+from ._record._replay import Replay as Replay
 from ._run import Run as Run
 from ._specs import TensorSpec as TensorSpec
 from ._start import run as run
@@ -53,6 +54,7 @@ __all__ = [
     "OversubscriptionWarning",
     "ProcessError",
     "RealTimeTimer",
+    "Replay",
     "Run",
     "RunStats",
     "StateFileError",

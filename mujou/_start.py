@@ -24,6 +24,7 @@ from ._ports import Input, Output
 from ._processes._placement import HOST, Placement, check_processes
 from ._processes._start import start as start_processes
 from ._progress import Progress
+from ._record._replay import Replay
 from ._run import Run, _host_message
 from ._timer import RealTimeTimer, Timer
 from ._trace import TraceRecorder
@@ -41,6 +42,7 @@ def run(
     trace: str | os.PathLike[str] | None = None,
     progress: bool = False,
     processes: Mapping[str, object] | None = None,
+    replay: Replay | None = None,
 ) -> Run:
     """Start ``net`` and return its :class:`Run`; use it as a context manager.
 
@@ -59,6 +61,8 @@ def run(
         progress: Print a live progress line to stderr (see :ref:`observe.progress`).
         processes: Groups of nodes that run in processes of their own, by name: each a node,
             a net or node container, or a list or tuple of those (see :ref:`proc.placement`).
+        replay: Nodes of the net replaced by their recording (see :ref:`replay.replaced`);
+            with ``Replay(start=...)`` the run starts from the recording's keyframe.
 
     Raises:
         TypeError, ValueError: an argument is not allowed; nothing was started.
@@ -93,12 +97,25 @@ def run(
         raise TypeError(f"trace must be a file path or None, got {type(trace).__name__}: {trace!r}")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}: {progress!r}")
+    if replay is not None:
+        if not isinstance(replay, Replay):
+            raise TypeError(f"replay must be a mujou.Replay or None, got {type(replay).__name__}: {replay!r}")
+        replay._check(nodes, timer.virtual, placement)
+        state = replay._state(state)  # replay.start
     if placement is not None:
         counts = _process_workers(placement, workers)
         _warn_oversubscription(sum(counts.values()), sum(1 for node in nodes if node.dedicated_thread))
         recorder = None if trace is None else TraceRecorder(trace)  # observe.trace-start
         engine, group = start_processes(
-            net, nodes, placement, workers=counts, timer=timer, first=first, state=state, recorder=recorder
+            net,
+            nodes,
+            placement,
+            workers=counts,
+            timer=timer,
+            first=first,
+            state=state,
+            recorder=recorder,
+            replay=replay,
         )
         handle = Run.__new__(Run)
         handle._setup(net, engine, group)
@@ -112,6 +129,8 @@ def run(
     recorder = None if trace is None else TraceRecorder(trace)  # creates the file (observe.trace-start)
     try:
         engine = Engine(nodes, workers, timer, recorder)
+        if replay is not None:
+            replay._install(engine, state)
         restore: list[Any] | None = None
         meta: dict[str, Any] = {}
         if state is not None:

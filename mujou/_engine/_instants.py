@@ -46,6 +46,7 @@ class Instants:
     staged: list[Staged]
     advance_until: float | None
     microstep: int
+    call_microsteps: int
     ended: bool
 
     def deliver(self) -> bool:
@@ -77,7 +78,8 @@ class Instants:
         assert isinstance(clock, VirtualClock)
         if due <= clock.time:  # a microstep: triggered updates at the same time (trigger.tags)
             self.microstep += 1
-            if self.microstep > MICROSTEPS_MAX:
+            self.call_microsteps += 1
+            if self.call_microsteps > MICROSTEPS_MAX:
                 names = [slot.name for slot in self.slots if min(slot.due, slot.pending) <= clock.time]
                 self.policy.abort(
                     RuntimeError(
@@ -90,7 +92,7 @@ class Instants:
                 self.deliver()
                 return
         else:
-            self.microstep = 0
+            self.microstep = self.call_microsteps = 0
         clock.set(due)
         self.policy.start_instant()
         self.deliver()
@@ -121,7 +123,7 @@ class Instants:
         assert isinstance(clock, VirtualClock)
         with self.lock:
             self.advance_until = until if done is None and until is not None else None
-            self.microstep = 0  # the cap counts within one host call (trigger.microstep-cap)
+            self.call_microsteps = 0  # the cap counts within one host call (trigger.microstep-cap)
             try:
                 while True:
                     self.host_wait(lambda: policy.stopping or policy.quiescent(clock.time))

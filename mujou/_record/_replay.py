@@ -1,0 +1,458 @@
+"""Replay: a run with some of its nodes replaced by their recording (see :ref:`replay.replaced`).
+
+NOTE [ a replaced node keeps its schedule ]
+A replaced node stays in the net with its name, ports, period, trigger and inputs; only the
+object whose hooks the engine calls changes (``Slot.actor``): a ``_Standin`` that sends the
+recorded messages instead of running the node's hooks. Under the virtual timer a run is
+deterministic, so the stand-in updates at exactly the tags the node did, and in each update it
+sends the messages recorded at that tag (stamped, staged and committed as the node's own: the
+readers cannot tell). A recorded message at a tag where the stand-in does not update means the
+recording is not of this run (another net, seed or input): that is an error naming the port
+and both tags, never a silent drift. The engine needs no scheduling of its own for replay.
+
+Scheduling the stand-in by the recorded tags instead would let it run where its node would not
+(its upstream changed), but a tag's microstep is the engine's count of the chain that led to it
+and cannot be asked for; and an update of a triggered node at a tag it was not woken at would
+break the tag rule for its readers. A node whose upstream changed is a run that the recording
+does not describe: the check says so.
+
+Under the real-time timer tags do not repeat: each update of the stand-in sends every
+recorded message up to the replay's position in the recording (``Replay.position``), which
+moves ``rate`` recording seconds per timer second and can be paused and moved (``seek``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, final
+
+import torch
+
+from .._messages import map_tensors
+from .._node import Node
+from .._numbers import non_negative, positive
+from .._ports import Output
+from .._specs import TensorSpec
+from .._state import META_KEY
+
+if TYPE_CHECKING:
+    from .._engine import Engine
+    from .._engine._slot import Slot
+    from .._processes._placement import Placement
+
+
+def tag_ns(time: float) -> int:
+    """A timer time as the recording stores it: whole nanoseconds."""
+    return round(time * 1e9)
+
+
+class RecordedLike(Protocol):
+    """A recorded message, as :class:`mujou.Recording` yields it: ``RecordedMessage``."""
+
+    @property
+    def port(self) -> str: ...
+    @property
+    def time(self) -> float: ...
+    @property
+    def microstep(self) -> int: ...
+    @property
+    def value(self) -> Any: ...
+
+
+class Source(Protocol):
+    """What a replay reads: a :class:`mujou.Recording` (or anything with its three members)."""
+
+    @property
+    def ports(self) -> Mapping[str, Any]: ...
+
+    def messages(
+        self, ports: Sequence[str] | None = None, start: float | None = None, end: float | None = None
+    ) -> Iterator[RecordedLike]: ...
+
+    def state_at(self, time: float) -> dict[str, Any]: ...
+
+
+def recorded_dtype(info: object) -> str:
+    """The dtype a recording gives for a port ("" when it holds nests or does not say)."""
+    dtype = info.get("dtype", "") if isinstance(info, Mapping) else getattr(info, "dtype", "")
+    return dtype if isinstance(dtype, str) else ""
+
+
+def recorded_timer(recording: object) -> str:
+    """The timer the recording was made under, "virtual" or "real" ("" when it does not say)."""
+    timer = getattr(recording, "timer", "")
+    return timer if isinstance(timer, str) else ""
+
+
+@final
+class Replay:
+    """Nodes of a net replaced by their recording, for one run at a time.
+
+    Pass it to ``mujou.run(net, replay=...)``. The replaced nodes' hooks do not run; each of
+    their updates sends what the node sent at that time in the recorded run. Under the virtual
+    timer the other nodes then do exactly what they did there, bit for bit. See
+    :ref:`replay.replaced` and :ref:`replay.identical`.
+
+    Args:
+        recording: The :class:`mujou.Recording` to replay.
+        nodes: The nodes to replace, by name in the net (``"camera"``, ``"arm.joint"``) or as
+            the node objects.
+        start: Start from the recording's keyframe at or before this time (its state tree)
+            instead of from the beginning (:ref:`replay.start`).
+        rate: Recording seconds per timer second under the real-time timer
+            (:ref:`replay.real-time`); ``1.0`` under the virtual timer.
+
+    Raises:
+        TypeError, ValueError: an argument is not allowed.
+    """
+
+    def __init__(
+        self,
+        recording: Source,
+        *,
+        nodes: Iterable[str | Node],
+        start: float | None = None,
+        rate: float = 1.0,
+    ) -> None:
+        for member in ("messages", "state_at", "ports"):
+            if not hasattr(recording, member):
+                raise TypeError(
+                    f"recording must be a mujou.Recording, got {type(recording).__name__}: {recording!r}"
+                )
+        if isinstance(nodes, str | Node) or not isinstance(nodes, Iterable):
+            raise TypeError(
+                f"nodes must be a list of node names or nodes, got {type(nodes).__name__}: {nodes!r}"
+            )
+        names: list[str] = []
+        for node in nodes:
+            if isinstance(node, Node):
+                if not node.name:
+                    raise ValueError(f"nodes: {node!r} is in no net; replace the nodes of the net you run")
+                name = node.name
+            elif isinstance(node, str):
+                name = node
+            else:
+                raise TypeError(
+                    f"nodes must hold node names (str) or nodes, got {type(node).__name__}: {node!r}"
+                )
+            if name in names:
+                raise ValueError(f"nodes names {name!r} twice")
+            names.append(name)
+        if not names:
+            raise ValueError("nodes must name at least one node to replace")
+        self.recording = recording
+        self.nodes: tuple[str, ...] = tuple(names)
+        self.start = None if start is None else non_negative("start", start, optional=True)
+        self.rate = positive("rate", rate, unit="")
+        self._lock = threading.Lock()  # the position, from the host and the stand-ins
+        self._engine: Engine | None = None
+        self._anchor_run = 0.0  # the timer time at which the position was last set
+        self._anchor_position = 0.0  # the position then
+        self._paused = False
+        self._seeks = 0  # counts seeks: a stand-in reopens its messages when it changed
+
+    def __repr__(self) -> str:
+        start = "" if self.start is None else f", start={self.start!r}"
+        rate = "" if self.rate == 1.0 else f", rate={self.rate!r}"
+        return f"Replay({self.recording!r}, nodes={list(self.nodes)!r}{start}{rate})"
+
+    # -- mujou.run's side ------------------------------------------------------------------
+
+    def _state(self, state: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The state tree the run starts from: the keyframe of ``start``, or ``state``."""
+        if self.start is None:
+            return state
+        if state is not None:
+            raise ValueError(
+                "give the replay's first state either as Replay(start=) (a keyframe of the "
+                "recording) or as mujou.run(state=), not both"
+            )
+        return self.recording.state_at(self.start)
+
+    def _check(self, nodes: Sequence[Node], virtual: bool, placement: Placement | None) -> None:
+        """Refuse, before any node starts, a replay that does not fit the net and the run."""
+        by_name = {node.name: node for node in nodes}
+        unknown = [name for name in self.nodes if name not in by_name]
+        if unknown:
+            raise ValueError(
+                f"Replay nodes {', '.join(map(repr, unknown))} are not nodes of the net; its nodes: "
+                + ", ".join(map(repr, by_name))
+            )
+        if virtual and self.rate != 1.0:
+            raise ValueError(
+                f"Replay rate={self.rate!r} is for the real-time timer; under the virtual timer the "
+                "replay follows the recorded tags, as fast as the machine allows (rate=1.0)"
+            )
+        if virtual and recorded_timer(self.recording) == "real":
+            raise ValueError(
+                "the recording was made under the real-time timer, whose tags do not repeat: "
+                "replay it under the real-time timer (mujou.RealTimeTimer())"
+            )
+        if placement is not None:
+            away = [name for name in self.nodes if by_name[name] not in placement.host]
+            if away:
+                raise ValueError(
+                    f"Replay nodes {', '.join(map(repr, away))} are placed in a child process "
+                    "(processes=); a replaced node runs in the host's process: leave it out of "
+                    "processes="
+                )
+        recorded = dict(self.recording.ports)
+        problems: list[str] = []
+        for name in self.nodes:
+            outputs = {
+                port.name: port for port in by_name[name]._mujou.ports.values() if isinstance(port, Output)
+            }
+            mine = [port for port in recorded if port.rpartition(".")[0] == name]
+            missing = [port for port in outputs if port not in recorded]
+            extra = [port for port in mine if port not in outputs]
+            if missing:
+                problems.append(
+                    f"output(s) {', '.join(map(repr, missing))} of node {name!r} are not in the recording"
+                )
+            if extra:
+                problems.append(
+                    f"the recording's port(s) {', '.join(map(repr, extra))} are not outputs of node {name!r}"
+                )
+            for port_name, port in outputs.items():
+                declared = None if port._declared is None else port._declared.tree
+                dtype = recorded_dtype(recorded.get(port_name))
+                if isinstance(declared, TensorSpec) and declared.dtype is not None and dtype:
+                    want = str(declared.dtype).removeprefix("torch.")
+                    if dtype != want:
+                        problems.append(
+                            f"port {port_name!r} is declared {want}, but the recording holds {dtype}"
+                        )
+        if problems:
+            raise ValueError("the recording does not fit the net: " + "; ".join(problems))
+
+    def _install(self, engine: Engine, state: Mapping[str, Any] | None) -> None:
+        """Put the stand-ins in place of the replaced nodes' hooks, for ``engine``'s run."""
+        origin = 0.0
+        if state is not None:
+            meta = state.get(META_KEY)
+            time = meta.get("time") if isinstance(meta, Mapping) else None
+            origin = float(time) if isinstance(time, int | float) else 0.0
+        with self._lock:
+            if self._engine is not None and not self._engine.ended:
+                raise RuntimeError(
+                    "this Replay is in a run that has not ended; stop that run first, or make another"
+                )
+            self._engine = engine
+            self._anchor_run = self._anchor_position = origin
+            self._paused = False
+            self._seeks = 0
+        for slot in engine.slots:
+            if slot.name in self.nodes:
+                slot.actor = _Standin(self, engine, slot, origin, resumed=state is not None)
+
+    # -- the host's controls (real-time timer) -----------------------------------------------
+
+    def _real_time_engine(self, what: str) -> Engine:
+        engine = self._engine
+        if engine is None or engine.ended:
+            raise RuntimeError(f"Replay.{what}: the replay is in no running run; pass it to mujou.run first")
+        if engine.virtual:
+            raise RuntimeError(
+                f"Replay.{what} is for the real-time timer; under the virtual timer the replay "
+                "follows the recorded tags (start a replay at a keyframe with Replay(start=))"
+            )
+        return engine
+
+    def _position_at(self, now: float) -> float:
+        """The position at timer time ``now``, with the lock held."""
+        if self._paused:
+            return self._anchor_position
+        return self._anchor_position + (now - self._anchor_run) * self.rate
+
+    @property
+    def position(self) -> float:
+        """The time of the recording the replay has reached (see :ref:`replay.real-time`)."""
+        engine = self._engine
+        with self._lock:
+            if engine is None:
+                return self._anchor_position
+            now = engine.end_time if engine.ended else engine.clock.now()
+            return self._position_at(now)
+
+    def pause(self) -> None:
+        """Hold the position: the replaced nodes send nothing until :meth:`resume`.
+
+        Real-time timer only; see :ref:`replay.real-time`.
+        """
+        engine = self._real_time_engine("pause()")
+        with self._lock:
+            if not self._paused:
+                self._anchor_position = self._position_at(engine.clock.now())
+                self._paused = True
+
+    def resume(self) -> None:
+        """Move the position on again from where :meth:`pause` held it."""
+        engine = self._real_time_engine("resume()")
+        with self._lock:
+            if self._paused:
+                self._anchor_run = engine.clock.now()
+                self._paused = False
+
+    def seek(self, time: float) -> None:
+        """Move the position to ``time`` of the recording, forward or back.
+
+        The replaced nodes then send the messages recorded after ``time``, as the position
+        reaches them; a pause stays. Real-time timer only; see :ref:`replay.real-time`.
+        """
+        position = non_negative("time", time)
+        engine = self._real_time_engine("seek()")
+        with self._lock:
+            self._anchor_run = engine.clock.now()
+            self._anchor_position = position
+            self._seeks += 1
+
+    def _real_position(self, now: float) -> tuple[float, int]:
+        """The position at ``now``, and the number of seeks so far (a stand-in's update)."""
+        with self._lock:
+            return self._position_at(now), self._seeks
+
+
+class _Feed:
+    """The recorded messages of one replaced node, read on as its updates need them."""
+
+    __slots__ = ("_messages", "_ports", "_recording", "ahead")
+
+    def __init__(self, recording: Source, ports: Sequence[str], after: float | None) -> None:
+        self._recording = recording
+        self._ports = list(ports)
+        self._messages: Iterator[RecordedLike] = iter(())
+        self.ahead: deque[tuple[int, int, RecordedLike]] = deque()  # read, not yet sent
+        self.open(after)
+
+    def open(self, after: float | None) -> None:
+        """Read from the first message after recording time ``after`` (None: the first of all)."""
+        self.ahead.clear()
+        if not self._ports:
+            self._messages = iter(())
+            return
+        messages = self._recording.messages(ports=self._ports, start=after)
+        if after is not None:
+            limit = tag_ns(after)
+            messages = (message for message in messages if tag_ns(message.time) > limit)
+        self._messages = iter(messages)
+
+    def read_to(self, ns: int) -> None:
+        """Read every message up to recording time ``ns`` (and one past it) into ``ahead``."""
+        ahead = self.ahead
+        while not ahead or ahead[-1][0] <= ns:
+            message = next(self._messages, None)
+            if message is None:
+                return
+            ahead.append((tag_ns(message.time), message.microstep, message))
+
+
+class _Standin:
+    """What runs in place of a replaced node's hooks (NOTE [ a replaced node keeps its schedule ])."""
+
+    def __init__(self, replay: Replay, engine: Engine, slot: Slot, origin: float, *, resumed: bool) -> None:
+        self._replay = replay
+        self._engine = engine
+        self._slot = slot
+        self._virtual = engine.virtual
+        outputs = [port for port in slot.core.ports.values() if isinstance(port, Output)]
+        self._outputs: dict[str, Output[Any]] = {port.name: port for port in outputs}
+        self._device = slot.core.device
+        self._resumed = resumed
+        self._origin = origin
+        self._feed = _Feed(replay.recording, list(self._outputs), origin if resumed else None)
+        self._seeks = 0
+
+    def _send(self, message: RecordedLike) -> None:
+        port = self._outputs[message.port]
+        value = message.value
+        if self._device.type != "cpu":
+            value = _to_device(value, self._device)
+        port.send(value)
+
+    # -- the hooks -------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        """Sends what the node sent in its ``on_start`` (the messages of the run's first tag)."""
+        if self._resumed:
+            return  # the state tree's messages replace these (state.resume)
+        if self._virtual:
+            self._send_tag(tag_ns(self._origin), 0)
+        else:
+            self._send_to(self._origin)
+
+    def on_update(self, dt: float) -> None:
+        """Sends what the node sent at this update's tag (or, real time, up to the position)."""
+        if self._virtual:
+            self._send_tag(tag_ns(self._slot.last), self._engine.microstep)
+        else:
+            self._send_to(self._slot.last)
+
+    def on_stop(self) -> None:
+        """Under the virtual timer, refuses a recorded message of a time the run passed unsent."""
+        if not self._virtual:
+            return
+        now = tag_ns(self._engine.clock.now())
+        feed = self._feed
+        feed.read_to(now - 1)
+        for ns, microstep, message in feed.ahead:
+            if ns < now:
+                raise self._mismatch(ns, microstep, message, None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """A replaced node's state is the recording's: its entry is empty (replay.state)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The node's saved state is not loaded: its hooks do not run (replay.state)."""
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _send_tag(self, ns: int, microstep: int) -> None:
+        """Send the messages recorded at tag (``ns``, ``microstep``); refuse earlier ones."""
+        feed = self._feed
+        feed.read_to(ns)
+        ahead = feed.ahead
+        while ahead:
+            at, step, message = ahead[0]
+            if at > ns or (at == ns and step > microstep):
+                break
+            if at < ns or step < microstep:
+                raise self._mismatch(at, step, message, (ns, microstep))
+            ahead.popleft()
+            self._send(message)
+
+    def _send_to(self, now: float) -> None:
+        """Real-time timer: send every message recorded up to the position at ``now``."""
+        position, seeks = self._replay._real_position(now)
+        feed = self._feed
+        if seeks != self._seeks:
+            self._seeks = seeks
+            feed.open(position)
+            return
+        limit = tag_ns(position)
+        feed.read_to(limit)
+        ahead = feed.ahead
+        while ahead and ahead[0][0] <= limit:
+            self._send(ahead.popleft()[2])
+
+    def _mismatch(
+        self, ns: int, microstep: int, message: RecordedLike, at: tuple[int, int] | None
+    ) -> ValueError:
+        where = f"tag ({ns / 1e9!r}, {microstep})"
+        if at is None:
+            now = self._engine.clock.now()
+            when = f"the run passed that time (it stopped at {now!r}) without an update of the node there"
+        else:
+            when = f"the node did not update there (its next update ran at tag ({at[0] / 1e9!r}, {at[1]}))"
+        return ValueError(
+            f"replay of node {self._slot.name!r}: the recording has a message on {message.port!r} at "
+            f"{where}, but {when}: the recording is not of this run (another net, seed, input "
+            "or start)"
+        )
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    """A recorded message on the node's device, as the node sent it."""
+    return map_tensors(value, lambda tensor: tensor.to(device))
