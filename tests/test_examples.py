@@ -132,6 +132,7 @@ def test_every_example_is_tested(path: Path) -> None:
         "checkpoint_resume",
         "many_nodes",
         "two_processes",
+        "record_replay",
     }
     assert path.stem in tested, f"add a test for examples/{path.name}"
 
@@ -142,3 +143,14 @@ def test_two_processes() -> None:
     assert [where for _, where, _ in runs] == ["the host's process", "a process of its own"], out
     assert all(int(made) > 0 and int(seen) > 0 for made, _, seen in runs), out
     assert re.search(r"Speed-up with the right planner in a process of its own: \d+\.\d\dx", out), out
+
+
+def test_record_replay(tmp_path: Path) -> None:
+    pytest.importorskip("mcap")
+    path = tmp_path / "run.mcap"
+    out = run_example("record_replay.py", str(path))
+    assert path.exists()
+    assert "Recorded 2.0 s to " in out
+    assert "The recording holds camera.frame, detector.spot, tracker.estimate;" in out
+    assert re.search(r"^identical: True$", out, re.MULTILINE), out
+    assert "Replayed from the keyframe at 1.0 s: identical: True" in out
