@@ -12,12 +12,18 @@ from ._errors import MujouInternalError as MujouInternalError
 from ._errors import MujouWarning as MujouWarning
 from ._errors import OversubscriptionWarning as OversubscriptionWarning
 from ._errors import ProcessError as ProcessError
+from ._errors import RecordingVersionWarning as RecordingVersionWarning
 from ._errors import StateFileError as StateFileError
+from ._errors import TruncatedRecordingWarning as TruncatedRecordingWarning
 from ._errors import UnsavedAttributeWarning as UnsavedAttributeWarning
 from ._net import Net as Net
 from ._node import Node as Node
 from ._ports import Input as Input
 from ._ports import Output as Output
+from ._record._reader import RecordedMessage as RecordedMessage
+from ._record._reader import RecordedPort as RecordedPort
+from ._record._reader import Recording as Recording
+from ._record._recorder import Recorder as Recorder
 from ._record._replay import Replay as Replay
 from ._run import Run as Run
 from ._specs import TensorSpec as TensorSpec
@@ -54,6 +60,11 @@ __all__ = [
     "OversubscriptionWarning",
     "ProcessError",
     "RealTimeTimer",
+    "RecordedMessage",
+    "RecordedPort",
+    "Recorder",
+    "Recording",
+    "RecordingVersionWarning",
     "Replay",
     "Run",
     "RunStats",
@@ -62,6 +73,7 @@ __all__ = [
     "TensorSpec",
     "Timer",
     "Trigger",
+    "TruncatedRecordingWarning",
     "UnsavedAttributeWarning",
     "VirtualTimer",
     "load",

@@ -76,6 +76,14 @@ class UnsavedAttributeWarning(MujouWarning):
     """A node attribute the default ``state_dict`` cannot keep: see :ref:`state.unsaved-warning`."""
 
 
+class TruncatedRecordingWarning(MujouWarning):
+    """A recording the run did not close, read up to its last whole chunk: see :ref:`record.read-cut`."""
+
+
+class RecordingVersionWarning(MujouWarning):
+    """A recording another Mujou version wrote: see :ref:`record.read-version`."""
+
+
 class ProcessError(RuntimeError):
     """A process of a run ended unexpectedly, or had to be killed: the run stopped. See :ref:`proc.died`.
 

@@ -17,6 +17,7 @@ import torch
 
 from . import __version__
 from ._cpus import affinity_cpus, default_workers, gil_enabled, physical_cores, quota_cpus, usable_cpus
+from ._record import _cli as record_cli
 
 PROG = "python -m mujou"
 
@@ -101,6 +102,7 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     info.add_argument("--json", action="store_true", help="print the same as one JSON object, for scripts")
+    record_cli.add_commands(commands)
     return top
 
 
@@ -110,6 +112,8 @@ def main(argv: list[str]) -> int:
         args = parser().parse_args(argv)
     except SystemExit as stop:  # --help, --version (0) or a wrong argument (2, after the usage)
         return 0 if stop.code is None else int(stop.code)
+    if args.command == "record":
+        return record_cli.run(args)
     info = machine_info()
     print(json.dumps(info, indent=2) if args.json else render(info))
     return 0

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast, final
@@ -24,6 +26,7 @@ from ._subscription import Subscription
 if TYPE_CHECKING:
     from ._processes._group import Group
     from ._processes._host import Processes
+    from ._record._recorder import Session
 
 
 def _host_message(port: Input[Any], message: object, what: str) -> tuple[Any, Nest | None]:
@@ -45,14 +48,18 @@ class Run:
     _engine: Engine
     _processes: Processes | None  # the run's other processes (proc.host-api), if any
     _subscriptions: list[Subscription[Any]]
+    _recording: Session | None  # record=: the run's recording, if any
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("mujou.Run has no public constructor; use mujou.run(net)")
 
-    def _setup(self, net: Net, engine: Engine, processes: Processes | None = None) -> None:
+    def _setup(
+        self, net: Net, engine: Engine, processes: Processes | None = None, recording: Session | None = None
+    ) -> None:
         self._net = net
         self._engine = engine
         self._processes = processes
+        self._recording = recording
         self._subscriptions = []
         engine.add_waker(self._wake_subscriptions)
 
@@ -97,7 +104,14 @@ class Run:
         return self._processes.watch(port)
 
     def _advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
-        """Virtual timer: run the tags up to ``until`` (in every process of the run)."""
+        """Virtual timer: run the tags up to ``until`` (in every process of the run), stopping
+        at each keyframe time of a recording to take it (record.keyframes)."""
+        recording = self._recording
+        if recording is not None and recording.takes_keyframes:
+            return recording.advance(self, self._advance_all, until, done)
+        return self._advance_all(until, done)
+
+    def _advance_all(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         if self._processes is not None:
             return self._processes.advance(until, done)
         return self._engine.advance(until, done)
@@ -360,7 +374,30 @@ class Run:
         """
         if not in_hook_thread():
             self._engine.hooks.flush_warnings(stacklevel=2)
-        return run_stats(self._engine) if self._processes is None else self._processes.stats()
+        stats = run_stats(self._engine) if self._processes is None else self._processes.stats()
+        if self._recording is not None:
+            stats = dataclasses.replace(stats, lost=self._recording.lost_count())
+        return stats
+
+    def snapshot(self, path: str | os.PathLike[str]) -> None:
+        """Write the last seconds a snapshot recorder keeps to ``path``. See :ref:`record.snapshot`.
+
+        Raises:
+            RuntimeError: the run records with no snapshot recorder (``Recorder(snapshot=...)``).
+            OSError: the file cannot be written.
+        """
+        self._host_call("snapshot")
+        recording = self._recording
+        if recording is None:
+            raise RuntimeError(
+                "run.snapshot(): this run is not recorded; "
+                "use mujou.run(net, record=mujou.Recorder(snapshot=seconds))"
+            )
+        recording.recorder.snapshot(path)
+
+    def _state_tree(self) -> dict[str, Any]:
+        """The state tree, for a recording's keyframe (no host-call checks: any host thread)."""
+        return self._engine.state_tree() if self._processes is None else self._processes.state_tree()
 
     def _progress_sample(self) -> tuple[float, int, float]:
         if self._processes is None:

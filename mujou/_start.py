@@ -24,6 +24,7 @@ from ._ports import Input, Output
 from ._processes._placement import HOST, Placement, check_processes
 from ._processes._start import start as start_processes
 from ._progress import Progress
+from ._record import _recorder as _recording
 from ._record._replay import Replay
 from ._run import Run, _host_message
 from ._timer import RealTimeTimer, Timer
@@ -42,6 +43,7 @@ def run(
     trace: str | os.PathLike[str] | None = None,
     progress: bool = False,
     processes: Mapping[str, object] | None = None,
+    record: object = None,
     replay: Replay | None = None,
 ) -> Run:
     """Start ``net`` and return its :class:`Run`; use it as a context manager.
@@ -61,12 +63,14 @@ def run(
         progress: Print a live progress line to stderr (see :ref:`observe.progress`).
         processes: Groups of nodes that run in processes of their own, by name: each a node,
             a net or node container, or a list or tuple of those (see :ref:`proc.placement`).
+        record: A :class:`Recorder`, or a file path (every output recorded to it), to write
+            the run's messages to an MCAP file as it goes (see :ref:`record.recorder`).
         replay: Nodes of the net replaced by their recording (see :ref:`replay.replaced`);
             with ``Replay(start=...)`` the run starts from the recording's keyframe.
 
     Raises:
         TypeError, ValueError: an argument is not allowed; nothing was started.
-        OSError: the ``trace`` file cannot be written; nothing was started.
+        OSError: the ``trace`` or ``record`` file cannot be written; nothing was started.
         RuntimeError: a node of the net is in a run that has not ended.
         HookError: an ``on_start`` hook raised; the started nodes were stopped.
     """
@@ -102,10 +106,14 @@ def run(
             raise TypeError(f"replay must be a mujou.Replay or None, got {type(replay).__name__}: {replay!r}")
         replay._check(nodes, timer.virtual, placement)
         state = replay._state(state)  # replay.start
+    recording = None
+    wanted = None if record is None else _recording.recorder_of(record)
     if placement is not None:
         counts = _process_workers(placement, workers)
         _warn_oversubscription(sum(counts.values()), sum(1 for node in nodes if node.dedicated_thread))
         recorder = None if trace is None else TraceRecorder(trace)  # observe.trace-start
+        if wanted is not None:
+            _recording.check_outputs(wanted, nodes)  # refused before anything starts
         engine, group = start_processes(
             net,
             nodes,
@@ -117,8 +125,18 @@ def run(
             recorder=recorder,
             replay=replay,
         )
+        if wanted is not None:
+            try:
+                recording = _recording.start_with_processes(
+                    wanted, net=net, nodes=nodes, engine=engine, processes=group, workers=sum(counts.values())
+                )
+            except BaseException:
+                group.stop()
+                raise
         handle = Run.__new__(Run)
-        handle._setup(net, engine, group)
+        handle._setup(net, engine, group, recording)
+        if recording is not None:
+            recording.started(handle)
         if progress:
             engine.finishers.append(Progress(handle._progress_sample).finish)
         return handle
@@ -137,28 +155,42 @@ def run(
             problems, restore, meta = engine.check_state(state)
             if problems:
                 raise ValueError(mismatch_message(problems))
+        if wanted is not None:
+            recording = _recording.Session(wanted, net, nodes, engine, workers)  # opens the file
         engine.claim()
         forget_messages(nodes)
     except BaseException:
         if recorder is not None:  # refused before any hook ran: no trace, no file left
             recorder.discard()
+        if recording is not None:
+            recording.discard()
         raise
     try:
         _sync_host_streams(nodes)
+        if recording is not None:
+            recording.begin()  # the writer, and the taps before any hook sends
         load_errors = engine.start(restore)
         if load_errors:
             problems = [f"node {name!r}: {exc}" for name, exc in load_errors]
             raise ValueError(mismatch_message(problems)) from load_errors[0][1]
         if restore is not None:
+            if recording is not None:
+                recording.muted = True  # the saved messages: not sent in this run
             engine.restore_schedule(meta)
+            if recording is not None:
+                recording.muted = False
         for port, message in first.items():
             engine.host_write(port, message)
         engine.go()
     except BaseException:
         engine.abort()
+        if recording is not None:
+            recording.discard()
         raise
     handle = Run.__new__(Run)
-    handle._setup(net, engine)
+    handle._setup(net, engine, None, recording)
+    if recording is not None:
+        recording.started(handle)
     if progress:
         engine.finishers.append(Progress(handle._progress_sample).finish)
     return handle

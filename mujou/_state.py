@@ -6,12 +6,13 @@ are in ``_contents.py``, how it is written whole in ``_files.py``.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import re
 import zipfile
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -92,7 +93,7 @@ def save(tree: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
     found = problems(body)
     if found:
         raise TypeError(_values_message(found))
-    entry = {"version": FILE_VERSION, "checksum": digest(body)}
+    entry = _file_entry(body)
     where = f"cannot write the state file {str(target)!r}"
     try:
         temporary = Temporary(target)
@@ -109,6 +110,25 @@ def save(tree: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
         if isinstance(exc, OSError):
             raise reworded(exc, where) from exc
         raise
+
+
+def _file_entry(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {"version": FILE_VERSION, "checksum": digest(body)}
+
+
+def dumps(tree: Mapping[str, Any]) -> bytes:
+    """The bytes :func:`save` writes for ``tree`` (a recording's keyframes hold them).
+
+    Raises:
+        TypeError: ``tree`` holds a value ``mujou.load`` could not read back.
+    """
+    body = {key: value for key, value in tree.items() if key != FILE_KEY}
+    found = problems(body)
+    if found:
+        raise TypeError(_values_message(found))
+    buffer = io.BytesIO()
+    torch.save({**body, FILE_KEY: _file_entry(body)}, buffer)
+    return buffer.getvalue()
 
 
 def _values_message(found: list[str]) -> str:
@@ -140,16 +160,34 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     with open(source, "rb") as file:  # OSError: it names the file
         if os.fstat(file.fileno()).st_size == 0:
             raise StateFileError(name, "it is empty")
-        try:
-            records = zipfile.ZipFile(file).namelist()
-        except MemoryError:
-            raise
-        except Exception as exc:  # BadZipFile mostly; a damaged directory may raise others
-            raise StateFileError(name, f"it is truncated, or not a file torch.save writes ({exc})") from exc
+        return _read(file, name)
+
+
+def loads(data: bytes, name: str) -> dict[str, Any]:
+    """The state tree of ``data``, the bytes :func:`save` writes (a recording's keyframe), read
+    and checked as :func:`load` reads a file; errors name ``name``.
+
+    Raises:
+        StateFileError: ``data`` is not a state file's bytes, or is damaged.
+    """
+    if not data:
+        raise StateFileError(name, "it is empty")
+    return _read(io.BytesIO(data), name)
+
+
+def _read(file: BinaryIO, name: str) -> dict[str, Any]:
+    """The checked state tree of the open state file ``file`` (see :func:`load`)."""
+    try:
+        records = zipfile.ZipFile(file).namelist()
+    except MemoryError:
+        raise
+    except Exception as exc:  # BadZipFile mostly; a damaged directory may raise others
+        raise StateFileError(name, f"it is truncated, or not a file torch.save writes ({exc})") from exc
     if not any(record.endswith("/data.pkl") for record in records):
         raise StateFileError(name, "it is a zip archive, but not one torch.save writes (it has no data.pkl)")
+    file.seek(0)
     try:
-        tree = torch.load(source, map_location="cpu", weights_only=True)
+        tree = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         reason, cause = _unpickling_reason(exc)
         raise StateFileError(name, reason) from cause

@@ -52,12 +52,15 @@ class RunStats:
         nodes: Each node's :class:`NodeStats`, by node name, in registration order.
         worker_busy: For each worker, the fraction of real time since the timer started that
             it spent in hooks.
+        lost: The messages a recording of the run dropped (``record=``, real-time timer: its
+            writer fell behind; see :ref:`record.lost`); 0 when nothing is recorded.
     """
 
     time: float
     workers: int
     nodes: Mapping[str, NodeStats]
     worker_busy: tuple[float, ...]
+    lost: int = 0
 
 
 def percentile(ordered: list[float], fraction: float) -> float:
