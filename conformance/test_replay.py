@@ -11,7 +11,7 @@ the camera, detector and sink of ``_replay_nodes``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from mujou import Output, TensorSpec
 pytest.importorskip("mcap")
 
 REPLAYS = settings(
-    max_examples=12,  # each is two runs and a file: about a second on 2 busy cores
+    max_examples=40,  # each is two small runs and a file: about 0.3 s on 2 busy cores
     deadline=None,
     derandomize=True,
     database=None,
@@ -44,6 +44,23 @@ def _hang_guard() -> Iterator[None]:
     is guarded on its own too (``HANG_GUARD``)."""
     with hang_guard(300.0):
         yield
+
+
+Opener = Callable[[Path], mujou.Recording]
+
+
+@pytest.fixture
+def opened() -> Iterator[Opener]:
+    """``mujou.Recording(path)``, closed when the test ends."""
+    recordings: list[mujou.Recording] = []
+
+    def open_recording(path: Path) -> mujou.Recording:
+        recordings.append(mujou.Recording(path))
+        return recordings[-1]
+
+    yield open_recording
+    for recording in recordings:
+        recording.close()
 
 
 def _without(result: dict[str, Any], replaced: Sequence[int]) -> dict[str, Any]:
@@ -82,11 +99,12 @@ def test_any_net_replays_bit_for_bit(tmp_path: Path, scenario: Scenario, data: s
             do(run, nodes, step)
         recorded = outcome(run, nodes)
     net, nodes = build(scenario.cells)
-    replay = mujou.Replay(mujou.Recording(path), nodes=[f"n{i}" for i in replaced])
-    with hang_guard(HANG_GUARD), mujou.run(net, timer=vt(), workers=replayed_with, replay=replay) as run:
-        for step in scenario.steps:
-            do(run, nodes, step)
-        replayed = outcome(run, nodes)
+    with mujou.Recording(path) as recording:
+        replay = mujou.Replay(recording, nodes=[f"n{i}" for i in replaced])
+        with hang_guard(HANG_GUARD), mujou.run(net, timer=vt(), workers=replayed_with, replay=replay) as run:
+            for step in scenario.steps:
+                do(run, nodes, step)
+            replayed = outcome(run, nodes)
     for i in replaced:
         assert replayed["tree"][f"n{i}"] == {}, "a replaced node's entry is empty (replay.state)"
         assert nodes[i].record == [], f"node n{i} is replaced: its on_update must not run"
@@ -122,14 +140,14 @@ def same_except_camera(recorded: dict[str, Any], replayed: dict[str, Any]) -> li
 
 
 @pytest.mark.rule("replay.replaced", "replay.identical", "replay.state")
-def test_a_replaced_camera_runs_no_hook_and_the_rest_is_the_same(tmp_path: Path) -> None:
+def test_a_replaced_camera_runs_no_hook_and_the_rest_is_the_same(tmp_path: Path, opened: Opener) -> None:
     """> A replaced node keeps its name, ports, period, trigger and inputs [...] its hooks
     [...] do not run. In place of its `on_start` it sends the messages recorded at the run's
     first tag, and in each of its updates the messages recorded at that update's tag."""
     path = tmp_path / "camera.mcap"
     recorded = record(path)
     net = Pipeline()
-    replay = mujou.Replay(mujou.Recording(path), nodes=[net.camera])
+    replay = mujou.Replay(opened(path), nodes=[net.camera])
     with hang_guard(HANG_GUARD), mujou.run(net, timer=vt(), workers=1, replay=replay) as run:
         first = run.read(net.camera.frame)
         assert first is not None and first.tolist() == [-1.0, -1.0]  # its on_start's message
@@ -144,13 +162,13 @@ def test_a_replaced_camera_runs_no_hook_and_the_rest_is_the_same(tmp_path: Path)
 
 
 @pytest.mark.rule("replay.start", "replay.identical")
-def test_a_replay_from_a_keyframe_ends_as_the_recorded_run(tmp_path: Path) -> None:
+def test_a_replay_from_a_keyframe_ends_as_the_recorded_run(tmp_path: Path, opened: Opener) -> None:
     """> `mujou.Replay(recording, nodes=..., start=t)` starts the run from the recording's
     keyframe at or before `t` [...]; the replaced nodes then send the messages recorded after
     the keyframe's time, and none in place of `on_start`."""
     path = tmp_path / "keyframes.mcap"
     recorded = record(path, state_every=0.1)
-    recording = mujou.Recording(path)
+    recording = opened(path)
     keyframe = recording.state_at(0.25)
     start = keyframe["@mujou"]["time"]
     assert 0.0 < start <= 0.25
@@ -166,7 +184,7 @@ def test_a_replay_from_a_keyframe_ends_as_the_recorded_run(tmp_path: Path) -> No
 
 @pytest.mark.rule("replay.tag-mismatch")
 @pytest.mark.parametrize("camera", ["slower", "triggered"])
-def test_a_recording_of_another_run_stops_the_replay(tmp_path: Path, camera: str) -> None:
+def test_a_recording_of_another_run_stops_the_replay(tmp_path: Path, camera: str, opened: Opener) -> None:
     """> a recorded message of a replaced node at a tag where the node does not update stops
     the run as a failing hook does [...]: when the node updates at a later tag first, or when
     the run stops at a later time. The `HookError`'s cause is a `ValueError` that names the
@@ -177,7 +195,7 @@ def test_a_recording_of_another_run_stops_the_replay(tmp_path: Path, camera: str
     # never updates, and the run stops at 0.035, after it.
     other = Camera(period=0.02) if camera == "slower" else Camera(triggered=True)
     net = Pipeline(other)
-    replay = mujou.Replay(mujou.Recording(path), nodes=["camera"])
+    replay = mujou.Replay(opened(path), nodes=["camera"])
     with (
         pytest.raises(mujou.HookError) as caught,
         hang_guard(HANG_GUARD),
@@ -199,6 +217,12 @@ def test_a_recording_of_another_run_stops_the_replay(tmp_path: Path, camera: str
 
 class CameraOf64(Camera):
     frame = Output(spec=TensorSpec(torch.float64, (2,)))
+
+    def on_start(self) -> None:
+        self.frame.send(torch.full((2,), -1.0, dtype=torch.float64))
+
+    def on_update(self, dt: float) -> None:
+        self.frame.send(torch.rand(2, generator=self.generator, dtype=torch.float64))
 
 
 class CameraWithDepth(Camera):
@@ -252,7 +276,7 @@ MISMATCHES = {
 @pytest.mark.rule("replay.mismatch")
 @pytest.mark.parametrize("case", list(MISMATCHES))
 def test_a_replay_that_does_not_fit_is_refused_before_any_node_starts(
-    recordings: dict[str, Any], case: str
+    recordings: dict[str, Any], case: str, opened: Opener
 ) -> None:
     """> Before any node starts, `mujou.run` raises `ValueError` when a name in `nodes` is not
     a node of the net (the message lists its nodes); when an output of a replaced node is not
@@ -260,12 +284,13 @@ def test_a_replay_that_does_not_fit_is_refused_before_any_node_starts(
     outputs, or a port declared with a dtype was recorded with another [...]; when `rate` is
     not `1.0` under the virtual timer [...] and when both `Replay(start=)` and `state=` are
     given."""
-    recording = mujou.Recording(recordings["depth" if case == "extra" else "camera"])
+    recording = opened(recordings["depth" if case == "extra" else "camera"])
     cameras: dict[str, Camera] = {"dtype": CameraOf64(), "missing": CameraWithDepth()}
     net = Pipeline(cameras.get(case))
     nodes = ["camara" if case == "unknown" else "camera"]
     rate = 2.0 if case == "rate" else 1.0
-    start, state = (0.0, {"@mujou": {}}) if case == "both" else (None, None)
+    start = 0.0 if case == "both" else None
+    state: dict[str, Any] | None = {"@mujou": {}} if case == "both" else None
     replay = mujou.Replay(recording, nodes=nodes, rate=rate, start=start)
     with pytest.raises(ValueError, match=MISMATCHES[case]):
         mujou.run(net, timer=vt(), replay=replay, state=state)
@@ -275,12 +300,12 @@ def test_a_replay_that_does_not_fit_is_refused_before_any_node_starts(
 
 
 @pytest.mark.rule("replay.mismatch")
-def test_replay_arguments_are_checked(recordings: dict[str, Any]) -> None:
+def test_replay_arguments_are_checked(recordings: dict[str, Any], opened: Opener) -> None:
     """> `Replay` raises `TypeError` for a `recording` that is not a `mujou.Recording`, `nodes`
     that is not a list of names or nodes, and `start` or `rate` that are not real numbers;
     `ValueError` for no node, a node named twice, a negative `start` and a `rate` that is not
     `> 0`."""
-    recording = mujou.Recording(recordings["camera"])
+    recording = opened(recordings["camera"])
     with pytest.raises(TypeError, match=r"^recording must be a mujou\.Recording, got str"):
         mujou.Replay("camera.mcap", nodes=["camera"])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^nodes must be a list of node names or nodes, got str"):
@@ -308,14 +333,14 @@ def test_replay_arguments_are_checked(recordings: dict[str, Any]) -> None:
 
 
 @pytest.mark.rule("replay.real-time")
-def test_real_time_replay_pauses_seeks_and_sends_in_order(recordings: dict[str, Any]) -> None:
+def test_real_time_replay_pauses_seeks_and_sends_in_order(recordings: dict[str, Any], opened: Opener) -> None:
     """> Under the real-time timer a replay has a position in the recording [...] it then moves
     `rate` recording seconds per timer second. [...] a replaced node sends, in order, every
     recorded message up to the position that it has not sent. `replay.pause()` holds the
     position, `replay.resume()` moves it on from there, and `replay.seek(t)` sets it to `t`,
     forward or back (a pause stays): the replaced nodes then send the messages recorded after
     `t`. Under the virtual timer, and outside a running run, the three raise `RuntimeError`."""
-    recording = mujou.Recording(recordings["camera"])
+    recording = opened(recordings["camera"])
     frames = [message.value.tolist() for message in recording.messages(ports=["camera.frame"])]
     times = [message.time for message in recording.messages(ports=["camera.frame"])]
     replay = mujou.Replay(recording, nodes=["camera"], rate=4.0)
@@ -347,10 +372,10 @@ def test_real_time_replay_pauses_seeks_and_sends_in_order(recordings: dict[str, 
 
 
 @pytest.mark.rule("replay.one-run")
-def test_a_replay_is_in_one_run_at_a_time(recordings: dict[str, Any]) -> None:
+def test_a_replay_is_in_one_run_at_a_time(recordings: dict[str, Any], opened: Opener) -> None:
     """> passing it to `mujou.run` while a run it is in has not ended raises `RuntimeError`;
     once that run ended, it may be passed again, and starts over."""
-    replay = mujou.Replay(mujou.Recording(recordings["camera"]), nodes=["camera"])
+    replay = mujou.Replay(opened(recordings["camera"]), nodes=["camera"])
     results = []
     for _ in range(2):
         net = Pipeline()
@@ -363,11 +388,11 @@ def test_a_replay_is_in_one_run_at_a_time(recordings: dict[str, Any]) -> None:
 
 
 @pytest.mark.rule("replay.processes", "replay.identical")
-def test_a_replay_with_processes(recordings: dict[str, Any]) -> None:
+def test_a_replay_with_processes(recordings: dict[str, Any], opened: Opener) -> None:
     """> A replaced node runs in the host's process: one placed in a child process by
     `processes=` makes `mujou.run` raise `ValueError` before any node starts. The other nodes
     may run in processes of their own. (And the replay is identical with them.)"""
-    recording = mujou.Recording(recordings["camera"])
+    recording = opened(recordings["camera"])
     net = Pipeline()
     with pytest.raises(ValueError, match=r"^Replay nodes 'camera' are placed in a child process"):
         mujou.run(

@@ -92,7 +92,12 @@ class Instants:
                 self.deliver()
                 return
         else:
-            self.microstep = self.call_microsteps = 0
+            self.call_microsteps = 0
+            # NOTE [ tags in whole nanoseconds ]: a recording keeps times in whole nanoseconds
+            # (round(t * 1e9)), and float sums make instants a hair apart (0.06 + 0.01 and
+            # 7 * 0.01); an instant in the same nanosecond as the one before counts as its next
+            # microstep, so that every instant of a run keeps a tag of its own on disk.
+            self.microstep = self.microstep + 1 if round(due * 1e9) == round(clock.time * 1e9) else 0
         clock.set(due)
         self.policy.start_instant()
         self.deliver()

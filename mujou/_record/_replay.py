@@ -82,8 +82,24 @@ def recorded_dtype(info: object) -> str:
 
 def recorded_timer(recording: object) -> str:
     """The timer the recording was made under, "virtual" or "real" ("" when it does not say)."""
-    timer = getattr(recording, "timer", "")
+    metadata = getattr(recording, "metadata", None)
+    timer = metadata.get("timer", "") if isinstance(metadata, Mapping) else ""
     return timer if isinstance(timer, str) else ""
+
+
+def recorded_outputs(recording: object) -> set[str]:
+    """The outputs the recorded net had, by name: a recording has no channel for an output
+    on which the run sent nothing, and the net's structure (its ``mujou.net`` record) tells
+    those from outputs the net did not have."""
+    structure = getattr(recording, "net", None)
+    nodes = structure.get("nodes") if isinstance(structure, Mapping) else None
+    found: set[str] = set()
+    for node in nodes if isinstance(nodes, list) else ():
+        ports = node.get("ports") if isinstance(node, Mapping) else None
+        for port in ports if isinstance(ports, list) else ():
+            if isinstance(port, Mapping) and port.get("kind") == "output":
+                found.add(f"{node.get('name')}.{port.get('name')}")
+    return found
 
 
 @final
@@ -199,13 +215,14 @@ class Replay:
                     "processes="
                 )
         recorded = dict(self.recording.ports)
+        known = recorded_outputs(self.recording)
         problems: list[str] = []
         for name in self.nodes:
             outputs = {
                 port.name: port for port in by_name[name]._mujou.ports.values() if isinstance(port, Output)
             }
             mine = [port for port in recorded if port.rpartition(".")[0] == name]
-            missing = [port for port in outputs if port not in recorded]
+            missing = [port for port in outputs if port not in recorded and port not in known]
             extra = [port for port in mine if port not in outputs]
             if missing:
                 problems.append(
@@ -361,7 +378,9 @@ class _Standin:
         self._device = slot.core.device
         self._resumed = resumed
         self._origin = origin
-        self._feed = _Feed(replay.recording, list(self._outputs), origin if resumed else None)
+        channels = replay.recording.ports  # an output the run sent nothing on has none
+        sent = [name for name in self._outputs if name in channels]
+        self._feed = _Feed(replay.recording, sent, origin if resumed else None)
         self._seeks = 0
 
     def _send(self, message: RecordedLike) -> None:
