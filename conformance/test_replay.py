@@ -21,7 +21,17 @@ from _replay_nodes import Camera, Pipeline
 from _support import HANG_GUARD, hang_guard, vt, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_trigger_properties import Scenario, build, differences, do, outcome, scenarios
+from test_trigger_properties import (
+    CellSpec,
+    Scenario,
+    Step,
+    Write,
+    build,
+    differences,
+    do,
+    outcome,
+    scenarios,
+)
 
 import mujou
 from mujou import Output, TensorSpec
@@ -113,6 +123,78 @@ def test_any_net_replays_bit_for_bit(tmp_path: Path, scenario: Scenario, data: s
         f"replaying nodes {replaced} ({recorded_with} worker(s) recorded, {replayed_with} replayed) "
         "changed the others:\n" + "\n".join(found[:10])
     )
+
+
+def _cell(
+    period: float | None,
+    trigger: tuple[str, ...],
+    sources: tuple[int | str | None, ...],
+    *,
+    seed: int,
+    delay: float = 0.0,
+    min_interval: float = 0.0,
+) -> CellSpec:
+    return CellSpec(period, trigger, False, None, delay, min_interval, sources, seed)
+
+
+# Two nets whose tags are easy to confuse on disk, where the property test may not go.
+TAG_CASES = {
+    # n0 is periodic and woken by its own output 0.005 later, at most every 0.01: at 0.07 it
+    # updates at 7 * 0.01 and at 0.06 + 0.01, two instants in one nanosecond (recorded as
+    # microsteps 0 and 1 of 70000000 ns); n1 wakes 0.005 after each of n0's messages.
+    "one nanosecond": (
+        Scenario(
+            (
+                _cell(0.01, ("c",), (None, None, 0), seed=3, delay=0.005, min_interval=0.01),
+                _cell(0.01, ("b",), (None, 0, None), seed=4, delay=0.005),
+                _cell(0.02, (), (1, None, None), seed=5),
+            ),
+            (Step((), 0.1),),
+        ),
+        [0, 1],
+    ),
+    # The host writes to n1 three times at time 0.0, in three calls: n1 and then n2 wake in
+    # each, at microsteps that go on from call to call.
+    "host calls at one time": (
+        Scenario(
+            (
+                _cell(0.01, (), (None, None, None), seed=3),
+                _cell(None, ("a",), ("host", None, None), seed=4),
+                _cell(None, ("b",), (None, 1, None), seed=5),
+            ),
+            (
+                Step((Write(1, "a", 2.0),), 0.0),
+                Step((Write(1, "a", -1.0),), 0.0),
+                Step((Write(1, "a", 0.25),), 0.01),
+            ),
+        ),
+        [1],
+    ),
+}
+
+
+@pytest.mark.rule("replay.identical", "replay.replaced")
+@pytest.mark.parametrize("case", list(TAG_CASES))
+def test_every_tag_is_replayed_apart(tmp_path: Path, case: str) -> None:
+    """> in each of its updates the messages recorded at that update's tag: two instants in
+    one nanosecond, and updates at one time in several host calls, are tags of their own."""
+    scenario, replaced = TAG_CASES[case]
+    path = tmp_path / "tags.mcap"
+    net, nodes = build(scenario.cells)
+    with hang_guard(HANG_GUARD), mujou.run(net, timer=vt(), workers=1, record=mujou.Recorder(path)) as run:
+        for step in scenario.steps:
+            do(run, nodes, step)
+        recorded = outcome(run, nodes)
+    net, nodes = build(scenario.cells)
+    with mujou.Recording(path) as recording:
+        assert any(message.microstep > 0 for message in recording.messages(ports=["n1.y"]))
+        replay = mujou.Replay(recording, nodes=[f"n{i}" for i in replaced])
+        with hang_guard(HANG_GUARD), mujou.run(net, timer=vt(), workers=2, replay=replay) as run:
+            for step in scenario.steps:
+                do(run, nodes, step)
+            replayed = outcome(run, nodes)
+    found = differences(_without(recorded, replaced), _without(replayed, replaced))
+    assert not found, "\n".join(found[:10])
 
 
 # --------------------------------------------------------------------------------------------
