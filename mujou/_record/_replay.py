@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, final
+from typing import TYPE_CHECKING, Any, final
 
 import torch
 
@@ -36,6 +36,7 @@ from .._numbers import non_negative, positive
 from .._ports import Output
 from .._specs import TensorSpec
 from .._state import META_KEY
+from ._reader import RecordedMessage, Recording
 
 if TYPE_CHECKING:
     from .._engine import Engine
@@ -48,51 +49,16 @@ def tag_ns(time: float) -> int:
     return round(time * 1e9)
 
 
-class RecordedLike(Protocol):
-    """A recorded message, as :class:`mujou.Recording` yields it: ``RecordedMessage``."""
-
-    @property
-    def port(self) -> str: ...
-    @property
-    def time(self) -> float: ...
-    @property
-    def microstep(self) -> int: ...
-    @property
-    def value(self) -> Any: ...
+def recorded_timer(recording: Recording) -> str:
+    """The timer the recording was made under: "virtual", "real", or "" when it does not say."""
+    return recording.metadata.get("timer", "")
 
 
-class Source(Protocol):
-    """What a replay reads: a :class:`mujou.Recording` (or anything with its three members)."""
-
-    @property
-    def ports(self) -> Mapping[str, Any]: ...
-
-    def messages(
-        self, ports: Sequence[str] | None = None, start: float | None = None, end: float | None = None
-    ) -> Iterator[RecordedLike]: ...
-
-    def state_at(self, time: float) -> dict[str, Any]: ...
-
-
-def recorded_dtype(info: object) -> str:
-    """The dtype a recording gives for a port ("" when it holds nests or does not say)."""
-    dtype = info.get("dtype", "") if isinstance(info, Mapping) else getattr(info, "dtype", "")
-    return dtype if isinstance(dtype, str) else ""
-
-
-def recorded_timer(recording: object) -> str:
-    """The timer the recording was made under, "virtual" or "real" ("" when it does not say)."""
-    metadata = getattr(recording, "metadata", None)
-    timer = metadata.get("timer", "") if isinstance(metadata, Mapping) else ""
-    return timer if isinstance(timer, str) else ""
-
-
-def recorded_outputs(recording: object) -> set[str]:
+def recorded_outputs(recording: Recording) -> set[str]:
     """The outputs the recorded net had, by name: a recording has no channel for an output
     on which the run sent nothing, and the net's structure (its ``mujou.net`` record) tells
     those from outputs the net did not have."""
-    structure = getattr(recording, "net", None)
-    nodes = structure.get("nodes") if isinstance(structure, Mapping) else None
+    nodes = recording.net.get("nodes")
     found: set[str] = set()
     for node in nodes if isinstance(nodes, list) else ():
         ports = node.get("ports") if isinstance(node, Mapping) else None
@@ -126,17 +92,16 @@ class Replay:
 
     def __init__(
         self,
-        recording: Source,
+        recording: Recording,
         *,
         nodes: Iterable[str | Node],
         start: float | None = None,
         rate: float = 1.0,
     ) -> None:
-        for member in ("messages", "state_at", "ports"):
-            if not hasattr(recording, member):
-                raise TypeError(
-                    f"recording must be a mujou.Recording, got {type(recording).__name__}: {recording!r}"
-                )
+        if not isinstance(recording, Recording):
+            raise TypeError(
+                f"recording must be a mujou.Recording, got {type(recording).__name__}: {recording!r}"
+            )
         if isinstance(nodes, str | Node) or not isinstance(nodes, Iterable):
             raise TypeError(
                 f"nodes must be a list of node names or nodes, got {type(nodes).__name__}: {nodes!r}"
@@ -168,6 +133,7 @@ class Replay:
         self._anchor_position = 0.0  # the position then
         self._paused = False
         self._seeks = 0  # counts seeks: a stand-in reopens its messages when it changed
+        self._seek_to = 0.0  # the time of the last seek: they reopen there
 
     def __repr__(self) -> str:
         start = "" if self.start is None else f", start={self.start!r}"
@@ -234,7 +200,7 @@ class Replay:
                 )
             for port_name, port in outputs.items():
                 declared = None if port._declared is None else port._declared.tree
-                dtype = recorded_dtype(recorded.get(port_name))
+                dtype = recorded[port_name].dtype if port_name in recorded else ""
                 if isinstance(declared, TensorSpec) and declared.dtype is not None and dtype:
                     want = str(declared.dtype).removeprefix("torch.")
                     if dtype != want:
@@ -322,13 +288,14 @@ class Replay:
         engine = self._real_time_engine("seek()")
         with self._lock:
             self._anchor_run = engine.clock.now()
-            self._anchor_position = position
+            self._anchor_position = self._seek_to = position
             self._seeks += 1
 
-    def _real_position(self, now: float) -> tuple[float, int]:
-        """The position at ``now``, and the number of seeks so far (a stand-in's update)."""
+    def _real_position(self, now: float) -> tuple[float, int, float]:
+        """The position at ``now``, the number of seeks so far and the last seek's time (a
+        stand-in's update)."""
         with self._lock:
-            return self._position_at(now), self._seeks
+            return self._position_at(now), self._seeks, self._seek_to
 
 
 class _Feed:
@@ -336,11 +303,11 @@ class _Feed:
 
     __slots__ = ("_messages", "_ports", "_recording", "ahead")
 
-    def __init__(self, recording: Source, ports: Sequence[str], after: float | None) -> None:
+    def __init__(self, recording: Recording, ports: Sequence[str], after: float | None) -> None:
         self._recording = recording
         self._ports = list(ports)
-        self._messages: Iterator[RecordedLike] = iter(())
-        self.ahead: deque[tuple[int, int, RecordedLike]] = deque()  # read, not yet sent
+        self._messages: Iterator[RecordedMessage] = iter(())
+        self.ahead: deque[tuple[int, int, RecordedMessage]] = deque()  # read, not yet sent
         self.open(after)
 
     def open(self, after: float | None) -> None:
@@ -383,7 +350,7 @@ class _Standin:
         self._feed = _Feed(replay.recording, sent, origin if resumed else None)
         self._seeks = 0
 
-    def _send(self, message: RecordedLike) -> None:
+    def _send(self, message: RecordedMessage) -> None:
         port = self._outputs[message.port]
         value = message.value
         if self._device.type != "cpu":
@@ -444,12 +411,11 @@ class _Standin:
 
     def _send_to(self, now: float) -> None:
         """Real-time timer: send every message recorded up to the position at ``now``."""
-        position, seeks = self._replay._real_position(now)
+        position, seeks, seek_to = self._replay._real_position(now)
         feed = self._feed
-        if seeks != self._seeks:
+        if seeks != self._seeks:  # from the seek's time, whatever the position has reached since
             self._seeks = seeks
-            feed.open(position)
-            return
+            feed.open(seek_to)
         limit = tag_ns(position)
         feed.read_to(limit)
         ahead = feed.ahead
@@ -457,7 +423,7 @@ class _Standin:
             self._send(ahead.popleft()[2])
 
     def _mismatch(
-        self, ns: int, microstep: int, message: RecordedLike, at: tuple[int, int] | None
+        self, ns: int, microstep: int, message: RecordedMessage, at: tuple[int, int] | None
     ) -> ValueError:
         where = f"tag ({ns / 1e9!r}, {microstep})"
         if at is None:
