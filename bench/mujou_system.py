@@ -115,12 +115,12 @@ def _updates(run: mujou.Run) -> int:
     return sum(stats.updates for stats in run.stats().nodes.values())
 
 
-def fleet(n: int, seconds: float, workers: int) -> Metrics:
+def fleet(n: int, seconds: float, workers: int, record_to: str | None = None) -> Metrics:
     zero = zeros()
     nodes = [RingNode(w, zero) for w in weights(n)]
     net = Ring(nodes)
     window = Window()
-    with mujou.run(net, workers=workers) as run:
+    with mujou.run(net, workers=workers, record=record_to) as run:
         origin = _origin(run)
         window.start()
         run.sleep(max(0.0, seconds + GRACE - run.time))

@@ -14,7 +14,10 @@ process and a triggered reader in another), fleet-processes (Python-bound nodes 
 process, then over two), tags-virtual-2p (virtual-timer tags per second with a node in each
 of two processes), start-stop-2p (the start and the stop of a run over two processes, beside a
 bare multiprocessing spawn of two processes that import torch) and soak (the hand-off for
-``--soak-seconds``, counting the descriptors and shared-memory segments).
+``--soak-seconds``, counting the descriptors and shared-memory segments); and those of
+recording (``mujou.run(net, record=...)``): record-256B and record-1MiB (the recorder's
+throughput beside ``mcap``'s writer alone on the same messages) and record-fleet-100 (the fleet
+at N=100, plain and with every output recorded).
 
 Each measurement runs in a fresh process (``python -m bench._one``); the repeats are
 interleaved (all systems once, then all again), so that a slow minute of the machine does
@@ -93,6 +96,7 @@ class Durations:
     tags: float = 2.0  # each of the two runs of tags-virtual-2p
     soak: float = 10.0  # the soak (--soak-seconds); run once, not repeated
     start_stops: int = 10  # the runs started and stopped in each start-stop-2p case
+    record_bytes: int = 200 << 20  # bytes recorded in each record-* case (of each of its runs)
 
 
 FULL = Durations(
@@ -143,6 +147,9 @@ TRIGGER_WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
 # The workloads of processes: workload -> message size in bytes (the cross-process hand-off).
 CROSS_WORKLOADS = {"cross-process-256B": 256, "cross-process-64KiB": 65536, "cross-process-1MiB": 1 << 20}
 PROCESS_WORKLOADS = (*CROSS_WORKLOADS, "fleet-processes", "tags-virtual-2p", "start-stop-2p", "soak")
+# The workloads of recording: workload -> message size in bytes; and the fleet recorded.
+RECORD_WORKLOADS = {"record-256B": 256, "record-1MiB": 1 << 20}
+RECORD_FLEET_N = 100
 # Over SLOW by their own length: repeated.
 MEASURED_LONG = {"fleet_processes", "tags_virtual", "start_stop", "soak"}
 
@@ -199,7 +206,7 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
     if MUJOU_1 in systems:  # issue 25: the replay under the virtual timer, as fast as it goes
         replay = {"seconds": 2.0}
         found.append(Case(MUJOU_1, "replay-virtual", "replay_virtual", replay, limit, "mujou_replay"))
-    return found + plan_processes(durations, every)
+    return found + plan_processes(durations, every) + plan_record(durations, every)
 
 
 def plan_processes(durations: Durations, systems: list[str]) -> list[Case]:
@@ -231,6 +238,20 @@ def plan_processes(durations: Durations, systems: list[str]) -> list[Case]:
         elif system == FLOOR:
             found.append(Case(system, "tags-virtual-2p", "tags_virtual", tags, limit))
             found.append(Case(system, "start-stop-2p", "start_stop", starts, starts_limit))
+    return found
+
+
+def plan_record(durations: Durations, systems: list[str]) -> list[Case]:
+    """The cases of recording: Mujou only (mcap's writer alone is measured in the same case)."""
+    if MUJOU_1 not in systems:
+        return []
+    found: list[Case] = []
+    for workload, nbytes in RECORD_WORKLOADS.items():
+        count = max(100, min(100_000, durations.record_bytes // nbytes))
+        sizes: dict[str, Any] = {"nbytes": nbytes, "count": count, "compression": None}
+        found.append(Case(MUJOU_1, workload, "record_throughput", sizes, durations.limit, "mujou_record"))
+    fleet: dict[str, Any] = {"n": RECORD_FLEET_N, "seconds": durations.fleet}
+    found.append(Case(MUJOU_1, "record-fleet-100", "fleet_recorded", fleet, durations.limit, "mujou_record"))
     return found
 
 
@@ -597,6 +618,7 @@ def targets(results: Results, systems: list[str]) -> list[Target]:
     )
     found += trigger_targets(results, systems)
     found += process_targets(results, systems)
+    found += record_targets(results)
     found += replay_targets(results)
     slower: list[str] = []
     compared = 0
@@ -729,6 +751,31 @@ def process_targets(results: Results, systems: list[str]) -> list[Target]:
     return found
 
 
+def record_targets(results: Results) -> list[Target]:
+    """The targets of recording (issue 25), each met or not by this run's medians."""
+    found: list[Target] = []
+    for workload, floor, unit in (("record-256B", 80_000, "messages"), ("record-1MiB", 300, "MB")):
+        m = _median(results, MUJOU_1, workload)
+        if unit == "messages":
+            name = "Recording 256 B tensors: ≥ 80,000 messages / s, ≥ 0.8× mcap's writer alone"
+            met = m["messages_per_second"] >= floor and m["ratio"] >= 0.8 if m else None
+        else:
+            name = "Recording 1 MiB tensors: ≥ 300 MB / s, ≥ 0.8× mcap's writer alone"
+            met = m["mb_per_second"] >= floor and m["ratio"] >= 0.8 if m else None
+        cell = _format(workload, m) if m else "—"
+        found.append(Target(name, cell, "—", met))
+    m = _median(results, MUJOU_1, "record-fleet-100")
+    found.append(
+        Target(
+            "Recording every output of the fleet (N = 100): added p99 lateness ≤ 0.1 ms",
+            _format("record-fleet-100", m) if m else "—",
+            "—",
+            (m["added_p99_ms"] <= 0.1) if m else None,
+        )
+    )
+    return found
+
+
 # -- the tables ------------------------------------------------------------------------------
 
 
@@ -796,6 +843,20 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             f"{m['host_fds_first']:.0f} → {m['host_fds_last']:.0f} (max {m['host_fds_max']:.0f}), "
             f"of its process {m['child_fds_first']:.0f} → {m['child_fds_last']:.0f} "
             f"(max {m['child_fds_max']:.0f}); /dev/shm {m['shm_first']:.0f} → {m['shm_last']:.0f}"
+        )
+    if workload in RECORD_WORKLOADS:
+        return (
+            f"{_rate(m['messages_per_second'])} / s, {m['mb_per_second']:,.0f} MB / s "
+            f"({m['ratio']:.2f}× mcap alone: {_rate(m['mcap_messages_per_second'])} / s, "
+            f"{m['mcap_mb_per_second']:,.0f} MB / s); per message: {m['recorded_us']:.1f} µs "
+            f"= sends {m['sends_us']:.1f} + encoding {m['encode_us']:.1f} + writing and the rest "
+            f"(mcap alone {m['mcap_us']:.1f} µs)"
+        )
+    if workload == "record-fleet-100":
+        return (
+            f"p99 {_ms(m['plain_lateness_p99_ms'])} → {_ms(m['recorded_lateness_p99_ms'])} "
+            f"(+{1e3 * m['added_p99_ms']:.0f} µs), share {m['plain_share']:.3f} → "
+            f"{m['recorded_share']:.3f}"
         )
     if workload.startswith("fleet-"):
         return f"{m['share']:.3f} / {_ms(m['lateness_p99_ms'])}"

@@ -48,6 +48,7 @@ DOCUMENTED_API = frozenset(
         "MujouInternalError",
         "StateFileError",
         "ProcessError",
+        "Recorder",
     }
 )
 

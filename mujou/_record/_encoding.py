@@ -183,9 +183,34 @@ def _memory(tensor: torch.Tensor, nbytes: int) -> memoryview:
     return memoryview(array).cast("B")
 
 
+_SMALL_TENSOR = 1 << 16  # bytes: a smaller tensor's bytes are copied out whole (fewer calls)
+_MAX_HEADS = 1024  # the (dtype, shape) heads kept; past this many, forgotten all at once
+_heads: dict[tuple[torch.dtype, torch.Size], bytes] = {}
+
+
 def encode_tensor(tensor: torch.Tensor) -> bytes:
-    """The ``mujou.Tensor`` bytes of a CPU ``tensor``."""
-    return b"".join(tensor_parts(tensor)[1])
+    """The ``mujou.Tensor`` bytes of a CPU ``tensor`` (the recorder's path: one join).
+
+    The bytes before the data depend on the dtype and shape only, and are kept for each.
+    """
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    key = (tensor.dtype, tensor.shape)
+    head = _heads.get(key)
+    if head is None:
+        parts = tensor_parts(tensor)[1]
+        head = b"".join(parts[:-1]) if tensor.nbytes else b"".join(parts)
+        if len(_heads) >= _MAX_HEADS:
+            _heads.clear()
+        _heads[key] = head
+    nbytes = tensor.nbytes
+    if not nbytes:
+        return head
+    if nbytes < _SMALL_TENSOR:
+        return head + ctypes.string_at(tensor.data_ptr(), nbytes)
+    return b"".join((head, _memory(tensor, nbytes)))
 
 
 class _Fields:

@@ -10,9 +10,15 @@ Making a recording programmatically::
     # the file is complete once the run stopped (the with block's end): recorder.messages,
     # recorder.lost; mujou.run(net, record="run.mcap") records every output, no keyframes.
     # Snapshot mode: mujou.Recorder(snapshot=2.0) keeps the last 2 s; run.snapshot("x.mcap").
+    # Reading back: _encoding.decode_message(message.data, channel.metadata["layout"]) gives
+    # the message; _state.loads(attachment.data, name) a keyframe's state tree.
 
 The file layout is the page "Record and replay" (:ref:`record.layout`); the message encoding is
-``_encoding.py``'s. See :ref:`record.recorder`.
+``_encoding.py``'s. See :ref:`record.recorder`. The file is written by ``mcap``'s own writer: the
+reference implementation of the format Foxglove and the other viewers read, it writes chunks
+with their indexes and a summary (a reader finds ports, times and keyframes without a full
+scan), and it is pure Python with lz4 and zstandard as its only dependencies. Its cost per
+message (a few µs of Python) bounds the recorder's rate for small messages.
 
 NOTE [ the recorder's tap ]
 The recorder watches each recorded output as ``run.subscribe`` does (a watcher of the port,
@@ -20,6 +26,14 @@ called where the message is published): a run that records nothing runs no code 
 watcher puts ``(channel, message, time, microstep)`` on a deque; a writer thread of the run
 (``mujou-record``) takes them off, brings tensors to the CPU, encodes and writes them. Messages
 are read-only once sent (ports.message-read-only), so the reference is enough.
+NOTE [ the writer and the GIL ]
+Under the GIL a thread that computes in Python keeps the GIL until another has waited for it
+for the switch interval (5 ms): a writer busy for long would make every hook that wants the GIL
+meanwhile start up to 5 ms late. Under the real-time timer the writer therefore sleeps briefly
+(``_PAUSE``) after each ``_SLICE`` of writing: a sleep lets a waiting thread take the GIL at
+once, so a hook waits for the writer about ``_SLICE`` at most. This halves the writer's
+throughput at most; under the virtual timer, where lateness means nothing, it writes flat out.
+
 Under the real-time timer the watcher runs in the sending hook: it never waits; past ``queue``
 waiting messages it drops the new one and counts it (``lost``). Under the virtual timer it runs
 where the instant's messages are published, between instants: it waits there for room, so
@@ -40,7 +54,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import torch
 
@@ -67,6 +81,8 @@ _NO_HOLDER = -1  # Engine.crashed's holder of a thread that holds no node
 _IDLE_WAIT = 0.05  # real seconds the writer sleeps on an empty queue before it looks again
 _ROOM_WAIT = 0.05  # real seconds a virtual-timer tap waits for room before it looks again
 _STUCK = 60.0  # real seconds without progress after which the writer is taken for stuck
+_SLICE = 0.0001  # real seconds the writer writes under the real-time timer before a pause
+_PAUSE = 0.00005  # real seconds of that pause (the OS makes it longer: its timer slack)
 
 
 def _mcap() -> Any:
@@ -84,7 +100,7 @@ class Recorder:
 
     Args:
         path: The MCAP file to write (created when the run starts; an existing one is
-            replaced). None only with ``snapshot``.
+            replaced). None with ``snapshot`` (and only then).
         outputs: The outputs to record: Output ports or their names (``"node.port"``); None
             records every output of the net.
         state_every: Timer seconds between two keyframes (the run's state tree, as
@@ -115,6 +131,11 @@ class Recorder:
             snapshot = _positive("snapshot", snapshot)
         if path is None and snapshot is None:
             raise ValueError("path must be a file path, or None with snapshot= (a snapshot recorder)")
+        if path is not None and snapshot is not None:
+            raise ValueError(
+                "a snapshot recorder writes only when asked: give it no path, and the path to "
+                "recorder.snapshot(path) or run.snapshot(path)"
+            )
         self._path = None if path is None else file_path("path", path)
         if outputs is not None and (isinstance(outputs, str) or not isinstance(outputs, Iterable)):
             raise TypeError(
@@ -138,7 +159,8 @@ class Recorder:
 
     @property
     def messages(self) -> int:
-        """The messages recorded so far (written, or kept by a snapshot recorder)."""
+        """The messages the writer has taken so far (written to the file, or into a snapshot
+        recorder's memory)."""
         return 0 if self._session is None else self._session.messages
 
     def snapshot(self, path: str | os.PathLike[str]) -> None:
@@ -201,6 +223,7 @@ class _Channel:
     # Messages dropped: counted only where the port's messages are published (its node's hook
     # thread, or the engine's commit), one thread at a time, so a plain int is enough.
     lost: int = 0
+    mirrored: bool = False  # its node is in another process: the host sees no microstep
 
 
 @dataclass
@@ -242,6 +265,7 @@ class Session:
         self.waiting_room = False
         self.dead = False
         self.failure: BaseException | None = None
+        self.reported = False  # the failure was made the run's error
         self.closing = False
         self.closed = False
         self.window = None if recorder._snapshot is None else round(recorder._snapshot * 1e9)
@@ -257,10 +281,12 @@ class Session:
         self.header = _header(net, nodes, engine, workers, recorder)
         self.unwatch: list[Callable[[], None]] = []
         self.writer: Any = None
-        self.stream: IO[bytes] | None = None
+        self.stream: _Unbuffered | None = None
         self.last_progress = (time.monotonic(), 0)
         if recorder._path is not None and self.window is None:
             self.stream = _open(recorder._path)
+        self.polite = not self.virtual  # NOTE [ the writer and the GIL ]
+        self.slice_began = 0.0
         self.thread = threading.Thread(target=self._main, name="mujou-record", daemon=True)
         recorder._session = self
 
@@ -272,10 +298,11 @@ class Session:
         self.start()
         for channel in self.channels:
             port = channel.port
+            channel.mirrored = processes is not None and processes.group_of(port.node) is not None
             watcher = self._real_watcher(channel) if not self.virtual else self._virtual_watcher(channel)
             port._add_watcher(watcher)
             self.unwatch.append(functools.partial(port._remove_watcher, watcher))
-            if processes is not None and processes.group_of(port.node) is not None:
+            if processes is not None and channel.mirrored:
                 self.unwatch.append(processes.watch(port))
 
     def started(self, run: Run) -> None:
@@ -301,7 +328,8 @@ class Session:
         return watch
 
     def _virtual_watcher(self, channel: _Channel) -> Callable[[Any], None]:
-        port, pending, limit, engine = channel.port, self.pending, self.limit, self.engine
+        port, pending, limit = channel.port, self.pending, self.limit
+        engine = None if channel.mirrored else self.engine
 
         def watch(message: Any) -> None:
             if self.muted:
@@ -314,7 +342,8 @@ class Session:
                 channel.lost += 1
                 return
             latest = port._latest
-            pending.append((channel, message, latest[3] if latest is not None else 0.0, engine.microstep))
+            microstep = 0 if engine is None else engine.microstep
+            pending.append((channel, message, latest[3] if latest is not None else 0.0, microstep))
             if self.idle:
                 self.wake.set()
 
@@ -364,11 +393,15 @@ class Session:
             self.dead = True
             self.room.set()
             if not self.closing:
+                self.reported = True  # the run's error: close() need not raise it again
                 self.engine.crashed(_NO_HOLDER, exc, exits=False)
 
     def _next(self) -> Any:
         pending = self.pending
         while True:
+            if self.polite and time.perf_counter() - self.slice_began > _SLICE:
+                time.sleep(_PAUSE)  # NOTE [ the writer and the GIL ]
+                self.slice_began = time.perf_counter()
             try:
                 item = pending.popleft()
             except IndexError:
@@ -379,8 +412,11 @@ class Session:
                 self.wake.wait(_IDLE_WAIT)
                 self.wake.clear()
                 self.idle = False
+                self.slice_began = time.perf_counter()
                 continue
-            if self.waiting_room:
+            # The tap waiting for room is woken once half the queue is free, not at each
+            # message taken: a wake-up per message would hand the GIL back and forth each time.
+            if self.waiting_room and len(pending) <= self.limit // 2:
                 self.waiting_room = False
                 self.room.set()
             return item
@@ -395,8 +431,10 @@ class Session:
         channel_id = channel.ids.get(key)
         if channel_id is None:
             channel_id = self._register(channel, key, message)
-        _, parts = _encoding.message_parts(message, cpu_tensor_copy)
-        data = b"".join(parts)
+        if key is _encoding.TENSOR:
+            data = _encoding.encode_tensor(message)
+        else:
+            data = b"".join(_encoding.message_parts(message, cpu_tensor_copy)[1])
         time_ns = round(stamp * 1e9)
         self.messages += 1
         if self.window is not None:
@@ -474,13 +512,7 @@ class Session:
         )
 
     def _trim_keyframes(self) -> None:
-        """Keep the keyframes of the window, and the last one before it (a replay starts there)."""
-        keyframes, messages = self.kept.keyframes, self.kept.messages
-        if not messages:
-            return
-        oldest = messages[0][1]
-        while len(keyframes) > 1 and keyframes[1][0] <= oldest:
-            del keyframes[0]
+        _trim(self.kept.keyframes, self.kept.messages)
 
     def _finish(self) -> None:
         self.writer.add_metadata("mujou.end", self._end_record(self.messages))
@@ -603,8 +635,9 @@ class Session:
             self.keyframe_thread.join(_STUCK)
         self.closing = True
         self._force(_STOP)
-        self._wait_writer(lambda: not self.thread.is_alive())
-        if self.failure is not None:
+        self._wait_writer(lambda: self.dead or not self.thread.is_alive())
+        self.thread.join(_STUCK)  # it has ended, or ends now that it failed
+        if self.failure is not None and not self.reported:
             raise MujouInternalError("the recorder's writer failed") from self.failure
 
     def discard(self) -> None:
@@ -627,9 +660,10 @@ class Session:
         if not self.closed:
             self.flush()
         with self.kept_lock:
-            messages = list(self.kept.messages)
+            messages = collections.deque(self.kept.messages)
             keyframes = list(self.kept.keyframes)
             channels = list(self.kept_channels)
+        _trim(keyframes, messages)
         mcap = _mcap()
         where = f"cannot write the recording {str(target)!r}"
         try:
@@ -670,6 +704,18 @@ class Session:
             raise
 
 
+def _trim(
+    keyframes: list[tuple[int, bytes]], messages: collections.deque[tuple[int, int, int, bytes]]
+) -> None:
+    """Keep the keyframes of the messages' window, from the last one at or before its first
+    message (where a replay of the window starts)."""
+    if not messages:
+        return
+    oldest = messages[0][1]
+    while len(keyframes) > 1 and keyframes[1][0] <= oldest:
+        del keyframes[0]
+
+
 def check_outputs(recorder: Recorder, nodes: Sequence[Node]) -> None:
     """Refuse ``recorder``'s outputs= if one is not an output of ``nodes`` (before a start)."""
     _channels(recorder, nodes)
@@ -688,11 +734,35 @@ def start_with_processes(
     return session
 
 
-def _open(path: Path) -> IO[bytes]:
+class _Unbuffered:
+    """A file written without a buffer: mcap writes each chunk whole, so a run that is killed
+    leaves every chunk written before it in the file (a buffer would keep the last ones back).
+    Only what mcap's writer calls: write, tell, close."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._position = 0
+
+    def write(self, data: bytes | memoryview) -> int:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self._position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._position
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _open(path: Path) -> _Unbuffered:
     try:
-        return open(path, "wb")  # closed by the writer thread at the run's end
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
     except OSError as exc:
         raise reworded(exc, f"cannot write the recording {str(path)!r}") from exc
+    return _Unbuffered(fd)  # closed by the writer thread at the run's end
 
 
 def _channels(recorder: Recorder, nodes: Sequence[Node]) -> list[_Channel]:

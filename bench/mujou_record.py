@@ -1,0 +1,124 @@
+"""Recording (``mujou.run(net, record=...)``): the recorder's throughput beside ``mcap``'s writer
+alone on the same messages, and what recording every output adds to the fleet's lateness.
+
+Throughput: a node sends ``count`` messages of ``nbytes`` (a float32 tensor, sent with
+``copy=False`` so that the sender's copy is not measured), ``PER_UPDATE`` in each update, under
+the virtual timer, so that nothing is dropped and every message reaches the file; the time is
+from the first update until ``run.stop()`` returned (the file complete). ``mcap`` alone writes
+the same payload (the message's bytes, encoded once) ``count`` times with the same chunk size
+and compression, until ``finish()``. The time the recorder spends is taken apart too: the run
+without recording (the sends), and the encoding alone.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import mujou
+from mujou import Node, Output
+
+from . import mujou_system
+from ._common import Metrics
+
+PER_UPDATE = 100  # messages sent in one update
+PERIOD = 0.001  # timer seconds between the sender's updates
+
+
+class Sender(Node):
+    """Sends the same tensor ``PER_UPDATE`` times in each update, until ``count`` are sent."""
+
+    out = Output()
+
+    def __init__(self, tensor: torch.Tensor, count: int) -> None:
+        super().__init__(period=PERIOD, seed=0)
+        self.tensor = tensor
+        self.left = count
+
+    def on_update(self, dt: float) -> None:
+        for _ in range(min(PER_UPDATE, self.left)):
+            self.out.send(self.tensor, copy=False)
+        self.left = max(0, self.left - PER_UPDATE)
+
+
+def _run(tensor: torch.Tensor, count: int, record: mujou.Recorder | None) -> float:
+    """Wall seconds to send ``count`` messages (and write them, with ``record``)."""
+    sender = Sender(tensor, count)
+    net = mujou.Net()
+    net.sender = sender
+    run = mujou.run(net, workers=1, timer=mujou.VirtualTimer(), record=record)
+    began = time.perf_counter()
+    with run:
+        run.sleep(PERIOD * (count // PER_UPDATE + 2))
+    wall = time.perf_counter() - began
+    assert sender.left == 0
+    return wall
+
+
+def _mcap_alone(path: Path, payload: bytes, count: int, compression: str | None, chunk_size: int) -> float:
+    from mcap.writer import CompressionType, Writer
+
+    from mujou._record._encoding import tensor_schema
+
+    kind = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, None: CompressionType.NONE}[compression]
+    began = time.perf_counter()
+    with open(path, "wb") as stream:
+        writer = Writer(stream, chunk_size=chunk_size, compression=kind)
+        writer.start(profile="mujou", library="bench")
+        schema = writer.register_schema("mujou.Tensor", "protobuf", tensor_schema())
+        channel = writer.register_channel("/sender/out", "protobuf", schema, {})
+        for i in range(count):
+            time_ns = i * 1000
+            writer.add_message(channel, time_ns, payload, time_ns, 0)
+        writer.finish()  # type: ignore[no-untyped-call]  # mcap's own method, unannotated
+    return time.perf_counter() - began
+
+
+def record_throughput(nbytes: int, count: int, compression: str | None = None) -> Metrics:
+    """Messages per second and MB/s through a recorded run, beside mcap's writer alone."""
+    from mujou._record._encoding import encode_tensor
+    from mujou._record._recorder import DEFAULT_CHUNK_SIZE
+
+    tensor = torch.rand(nbytes // 4)
+    payload = encode_tensor(tensor)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "run.mcap"
+        _run(tensor, max(1, count // 10), mujou.Recorder(path, compression=compression))  # warm-up
+        recorded = _run(tensor, count, mujou.Recorder(path, compression=compression))
+        file_bytes = os.path.getsize(path)
+        sends = _run(tensor, count, None)
+        alone = _mcap_alone(Path(folder) / "alone.mcap", payload, count, compression, DEFAULT_CHUNK_SIZE)
+    began = time.perf_counter()
+    for _ in range(count):
+        encode_tensor(tensor)
+    encoding = time.perf_counter() - began
+    return {
+        "nbytes": nbytes,
+        "count": count,
+        "messages_per_second": count / recorded,
+        "mb_per_second": count * nbytes / recorded / 1e6,
+        "mcap_messages_per_second": count / alone,
+        "mcap_mb_per_second": count * nbytes / alone / 1e6,
+        "ratio": alone / recorded,
+        "sends_us": 1e6 * sends / count,
+        "encode_us": 1e6 * encoding / count,
+        "mcap_us": 1e6 * alone / count,
+        "recorded_us": 1e6 * recorded / count,
+        "file_bytes": file_bytes,
+    }
+
+
+def fleet_recorded(n: int, seconds: float) -> Metrics:
+    """The fleet (bench/mujou_system.py), once plain and once with every output recorded."""
+    plain = mujou_system.fleet(n, seconds, workers=1)
+    with tempfile.TemporaryDirectory() as folder:
+        recorded = mujou_system.fleet(n, seconds, workers=1, record_to=str(Path(folder) / "fleet.mcap"))
+    found: dict[str, Any] = {f"plain_{key}": value for key, value in plain.items()}
+    found.update({f"recorded_{key}": value for key, value in recorded.items()})
+    found["added_p99_ms"] = recorded["lateness_p99_ms"] - plain["lateness_p99_ms"]
+    return found

@@ -1,0 +1,522 @@
+"""Conformance tests for recording a run: the "Recording" section of spec/en/record-and-replay.md.
+
+Recordings are read back with ``mcap``'s own reader and their messages decoded with the
+``protobuf`` package against the schemas stored in the file, so that the file is checked as a
+viewer would read it, not through Mujou's reader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import torch
+from _support import HANG_GUARD, Bag, vt
+
+import mujou
+from mujou import Input, Node, Output
+
+mcap_reader = pytest.importorskip("mcap.reader")
+descriptor_pb2 = pytest.importorskip("google.protobuf.descriptor_pb2")
+descriptor_pool = pytest.importorskip("google.protobuf.descriptor_pool")
+message_factory = pytest.importorskip("google.protobuf.message_factory")
+
+
+# --- reading a file back, as a viewer would ------------------------------------------------
+
+
+@dataclasses.dataclass
+class Message:
+    topic: str
+    channel: Any
+    log_time: int
+    publish_time: int
+    sequence: int
+    value: Any  # the protobuf message, parsed against the channel's schema
+
+
+@dataclasses.dataclass
+class File:
+    channels: list[Any]
+    messages: list[Message]
+    attachments: list[Any]
+    metadata: dict[str, dict[str, str]]
+    counts: dict[int, int]
+
+    def on(self, topic: str) -> list[Message]:
+        return [message for message in self.messages if message.topic == topic]
+
+
+def message_class(schema: Any) -> Any:
+    files = descriptor_pb2.FileDescriptorSet.FromString(schema.data)
+    pool = descriptor_pool.DescriptorPool()
+    for file in files.file:
+        pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(schema.name))
+
+
+def read(path: Path) -> File:
+    with open(path, "rb") as stream:
+        reader = mcap_reader.make_reader(stream)
+        summary = reader.get_summary()
+        assert summary is not None
+        classes: dict[int, Any] = {}
+        messages = []
+        for schema, channel, message in reader.iter_messages(log_time_order=False):
+            cls = classes.get(schema.id)
+            if cls is None:
+                cls = classes[schema.id] = message_class(schema)
+            messages.append(
+                Message(
+                    channel.topic,
+                    channel,
+                    message.log_time,
+                    message.publish_time,
+                    message.sequence,
+                    cls.FromString(message.data),
+                )
+            )
+        attachments = list(reader.iter_attachments())
+        metadata = {record.name: dict(record.metadata) for record in reader.iter_metadata()}
+    return File(
+        list(summary.channels.values()),
+        messages,
+        attachments,
+        metadata,
+        dict(summary.statistics.channel_message_counts),
+    )
+
+
+def tensor_of(parsed: Any) -> torch.Tensor:
+    """The tensor a parsed mujou.Tensor holds, from protobuf's fields."""
+    dtype = getattr(torch, parsed.dtype)
+    field = {
+        torch.float32: "f32",
+        torch.float64: "f64",
+        torch.int64: "i64",
+        torch.bool: "b",
+        torch.int32: "i32",
+    }
+    name = field.get(dtype)
+    if name is not None:
+        return torch.tensor(list(getattr(parsed, name)), dtype=dtype).reshape(list(parsed.shape))
+    return torch.frombuffer(bytearray(parsed.raw), dtype=dtype).reshape(list(parsed.shape))
+
+
+# --- the nets ---------------------------------------------------------------------------
+
+
+class Pose(NamedTuple):
+    position: torch.Tensor
+    frame: str
+
+
+class Counter(Node):
+    """Periodic: sends its count as a tensor, and a nest holding it."""
+
+    out = Output()
+    nest: Output[dict[str, Any]] = Output()
+
+    def __init__(self, period: float = 0.1) -> None:
+        super().__init__(period=period, seed=1)
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        self.count += 1
+        self.out.send(torch.tensor([float(self.count), torch.rand(1, generator=self.generator).item()]))
+        self.nest.send(
+            {"pose": Pose(torch.full((2,), self.count, dtype=torch.float64), "w"), "n": self.count}
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self.count}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.count = state["count"]
+
+
+class Plus(Node):
+    """Triggered by ``x``: sends x + 1 at the same time, one microstep later."""
+
+    x = Input()
+    out = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=2)
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        assert x is not None
+        self.out.send(x + 1)
+
+
+class Summer(Node):
+    """Periodic: adds what it reads, with a draw; its state is the sum."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=3)
+        self.total = torch.zeros(2)
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        if x is not None:
+            self.total = self.total + x + torch.rand(2, generator=self.generator)
+
+
+class Counting(mujou.Net):
+    """counter -> plus (triggered, a microstep later) -> summer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counter = Counter()
+        self.plus = Plus()
+        self.summer = Summer()
+        self.connect(self.counter.out, self.plus.x)
+        self.connect(self.plus.out, self.summer.x)
+
+
+def counting_net() -> Counting:
+    return Counting()
+
+
+def same_tree(left: Any, right: Any) -> bool:
+    if isinstance(left, torch.Tensor):
+        return isinstance(right, torch.Tensor) and torch.equal(left, right)
+    if isinstance(left, dict):
+        return (
+            isinstance(right, dict)
+            and left.keys() == right.keys()
+            and all(same_tree(left[k], right[k]) for k in left)
+        )
+    if isinstance(left, list | tuple):
+        return type(left) is type(right) and len(left) == len(right) and all(map(same_tree, left, right))
+    return bool(left == right)
+
+
+# --- the tests --------------------------------------------------------------------------
+
+
+@pytest.mark.rule("record.recorder", "record.channels", "record.encoding", "record.structured", "record.time")
+def test_every_message_is_in_the_file_as_a_viewer_reads_it(tmp_path: Path) -> None:
+    """Each output's messages, decoded with protobuf against the stored schema, are the ones the
+    host saw (subscriptions), with their stamps and microsteps. Planted: the microstep not
+    passed to the writer (Plus's sequence is 0), and the dict keys in insertion order (the nest's
+    fields swapped: wrong values)."""
+    path = tmp_path / "run.mcap"
+    net = counting_net()
+    recorder = mujou.Recorder(path)
+    with mujou.run(net, timer=vt(), record=recorder) as run:
+        seen = {
+            port: run.subscribe(port, maxsize=1000)
+            for port in (net.counter.out, net.counter.nest, net.plus.out)
+        }
+        run.sleep(1.0)
+        sent = {port.name: subscription.drain() for port, subscription in seen.items()}
+    assert recorder.messages == 30 and recorder.lost == 0
+    file = read(path)
+    topics = {channel.topic: channel for channel in file.channels}
+    assert sorted(topics) == ["/counter/nest", "/counter/out", "/plus/out"]
+    out = topics["/counter/out"].metadata
+    assert out == {
+        "node": "counter",
+        "port": "out",
+        "dtype": "float32",
+        "shape": "[2]",
+        "period": "0.1",
+        "device": "cpu",
+        "kind": "tensor",
+        "layout": '"tensor"',
+    }
+    assert topics["/plus/out"].metadata["period"] == ""
+    assert topics["/counter/nest"].metadata["kind"] == "structured"
+    assert all(channel.message_encoding == "protobuf" for channel in file.channels)
+    for topic, name in [("/counter/out", "counter.out"), ("/plus/out", "plus.out")]:
+        recorded = file.on(topic)
+        assert [tensor_of(m.value).tolist() for m in recorded] == [t.tolist() for t in sent[name]]
+        assert all(m.value.dtype == "float32" for m in recorded)
+    stamps = [m.log_time for m in file.on("/counter/out")]
+    assert stamps == [round(0.1 * k * 1e9) for k in range(1, 11)]
+    for m in file.messages:
+        assert m.publish_time == m.log_time
+    assert {m.sequence for m in file.on("/counter/out")} == {0}
+    assert {m.sequence for m in file.on("/plus/out")} == {1}  # one microstep after its trigger
+    nests = file.on("/counter/nest")
+    for m, nest in zip(nests, sent["counter.nest"], strict=True):
+        assert m.value.n == nest["n"]
+        assert tensor_of(m.value.pose.position).tolist() == nest["pose"].position.tolist()
+        assert m.value.pose.frame == "w"
+    layout = json.loads(topics["/counter/nest"].metadata["layout"])
+    assert layout["names"] == ["n", "pose"] and layout["children"][1]["kind"] == "namedtuple"
+
+
+@pytest.mark.rule("record.structured")
+def test_a_port_whose_structure_changes_gets_a_channel_per_structure(tmp_path: Path) -> None:
+    """Planted: one plan per port whatever the structure (the second message is written
+    against the first schema: protobuf reads it wrong)."""
+
+    class Shifty(Node):
+        out: Output[dict[str, Any]] = Output()
+
+        def __init__(self) -> None:
+            super().__init__(period=0.5, seed=0)
+            self.n = 0
+
+        def on_update(self, dt: float) -> None:
+            self.n += 1
+            self.out.send(
+                {"a": torch.ones(1)} if self.n % 2 else {"a": 1.5, "b": [torch.zeros(2, dtype=torch.int32)]}
+            )
+
+    path = tmp_path / "shifty.mcap"
+    with mujou.run(Bag(s=Shifty()), timer=vt(), record=path) as run:
+        run.sleep(2.0)
+    file = read(path)
+    assert [c.topic for c in file.channels] == ["/s/out", "/s/out"]
+    values = file.on("/s/out")
+    assert len(values) == 4
+    assert tensor_of(values[0].value.a).tolist() == [1.0]
+    assert values[1].value.a == 1.5
+    assert tensor_of(values[1].value.b.item_0).dtype == torch.int32
+
+
+@pytest.mark.rule("record.keyframes", "record.virtual-lossless", "record.metadata")
+def test_keyframes_are_the_state_and_recording_changes_nothing(tmp_path: Path) -> None:
+    """Each keyframe is mujou.save's bytes of the state at its time, the same tree a run
+    without recording has there; with a queue of 1 nothing is lost, and every read is the same
+    (the summer's sum). Planted: the keyframe taken after the advance past its time (the tree
+    is of a later time), and a virtual tap that drops when full (messages are missing)."""
+    path = tmp_path / "k.mcap"
+    recorder = mujou.Recorder(path, state_every=0.5, queue=1, compression="lz4")
+    with mujou.run(counting_net(), timer=vt(), record=recorder) as run:
+        run.sleep(1.2)
+        recorded_end = run.state_dict()
+    expected = {}
+    with mujou.run(counting_net(), timer=vt()) as plain:
+        for at in (0.0, 0.5, 1.0):
+            plain.sleep(at - plain.time)
+            expected[round(at * 1e9)] = plain.state_dict()
+        plain.sleep(1.2 - plain.time)
+        plain_end = plain.state_dict()
+    assert same_tree(recorded_end, plain_end)
+    file = read(path)
+    assert len(file.messages) == recorder.messages == 33 and recorder.lost == 0
+    names = [a.name for a in file.attachments]
+    assert names == ["state/0", "state/500000000", "state/1000000000"]
+    for attachment in file.attachments:
+        assert attachment.media_type == "application/x-mujou-state"
+        saved = tmp_path / "state.pt"
+        saved.write_bytes(attachment.data)
+        tree = mujou.load(saved)
+        assert same_tree(tree, expected[attachment.log_time])
+    header = file.metadata["mujou"]
+    assert header["timer"] == "virtual" and header["version"] == mujou.__version__
+    assert header["torch"] == torch.__version__ and header["state_every"] == "0.5"
+    assert json.loads(header["seed"]) == {"counter": 1, "plus": 2, "summer": 3}
+    structure = json.loads(file.metadata["mujou.net"]["structure"])
+    assert [node["name"] for node in structure["nodes"]] == ["counter", "plus", "summer"]
+    assert ["counter.out", "plus.x"] in structure["edges"]
+    assert file.metadata["mujou.end"] == {"lost": "0", "messages": "33", "end_time_ns": "1200000000"}
+
+
+@pytest.mark.rule("record.recorder")
+def test_only_the_chosen_outputs_are_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "some.mcap"
+    net = counting_net()
+    with mujou.run(
+        net, timer=vt(), record=mujou.Recorder(path, outputs=[net.plus.out, "counter.nest"], compression=None)
+    ) as run:
+        run.sleep(0.5)
+    assert sorted(c.topic for c in read(path).channels) == ["/counter/nest", "/plus/out"]
+
+
+@pytest.mark.rule("record.metadata")
+def test_a_file_is_complete_only_once_the_run_stopped(tmp_path: Path) -> None:
+    path = tmp_path / "open.mcap"
+    run = mujou.run(counting_net(), timer=vt(), record=path)
+    try:
+        run.sleep(0.3)
+        with open(path, "rb") as stream:  # the header and what is written so far
+            assert stream.read(8) == b"\x89MCAP0\r\n"
+    finally:
+        run.stop()
+    assert "mujou.end" in read(path).metadata
+
+
+class Burst(Node):
+    """Sends ``count`` messages in each update."""
+
+    out = Output()
+
+    def __init__(self, count: int) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.count = count
+        self.sent = 0
+
+    def on_update(self, dt: float) -> None:
+        for i in range(self.count):
+            self.out.send(torch.full((16,), float(i)))
+        self.sent += self.count
+
+
+@pytest.mark.rule("record.lost")
+def test_real_time_drops_and_counts_what_the_writer_cannot_take(tmp_path: Path) -> None:
+    """With a queue of 1, a hook that sends 2000 messages at once outruns the writer: every
+    message is written or counted, and the count is in stats, the recorder and the file.
+    Planted: the real-time tap waiting for room (nothing lost: the test fails), and lost not
+    added to the stats (0 there)."""
+    path = tmp_path / "rt.mcap"
+    burst = Burst(2000)
+    recorder = mujou.Recorder(path, queue=1)
+    run = mujou.run(Bag(b=burst), record=recorder)
+    with run:
+        while burst.sent < 2000:  # the node's own count, read racily: only a lower bound
+            run.sleep(0.01)
+        run.stop()
+        stats = run.stats()
+    file = read(path)
+    assert recorder.lost > 0
+    assert stats.lost == recorder.lost
+    assert int(file.metadata["mujou.end"]["lost"]) == recorder.lost
+    assert len(file.messages) + recorder.lost == burst.sent
+    assert file.metadata["mujou"]["timer"] == "real"
+    assert {m.sequence for m in file.messages} == {0}
+
+
+@pytest.mark.rule("record.keyframes")
+def test_real_time_keyframes_are_taken_as_the_run_goes(tmp_path: Path) -> None:
+    path = tmp_path / "rtk.mcap"
+    with mujou.run(counting_net(), record=mujou.Recorder(path, state_every=0.1)) as run:
+        run.sleep(0.35)
+    file = read(path)
+    assert len(file.attachments) >= 1
+    times = [a.log_time for a in file.attachments]
+    assert times == sorted(times)
+    for attachment in file.attachments:
+        assert attachment.name == f"state/{attachment.log_time}"
+        saved = tmp_path / "s.pt"
+        saved.write_bytes(attachment.data)
+        assert "counter" in mujou.load(saved)
+
+
+@pytest.mark.rule("record.snapshot")
+def test_snapshot_mode_keeps_the_last_seconds(tmp_path: Path) -> None:
+    """Planted: no trimming (the file holds the whole run), and the keyframes trimmed to the
+    window (none at or before its first message)."""
+    recorder = mujou.Recorder(snapshot=0.5, state_every=0.4)
+    with mujou.run(counting_net(), timer=vt(), record=recorder) as run:
+        run.sleep(2.0)
+        run.snapshot(tmp_path / "during.mcap")
+        run.sleep(1.0)
+    recorder.snapshot(tmp_path / "after.mcap")
+    for name, end in [("during.mcap", 2.0), ("after.mcap", 3.0)]:
+        file = read(tmp_path / name)
+        times = sorted(m.log_time for m in file.messages)
+        assert times[0] >= round((end - 0.5) * 1e9) and times[-1] == round(end * 1e9)
+        assert len(file.on("/counter/out")) in (5, 6)
+        keyframes = [a.log_time for a in file.attachments]
+        assert keyframes and keyframes[0] <= times[0]
+        assert keyframes[0] > times[0] - round(0.4 * 1e9) - 1
+        assert "mujou.end" in file.metadata and "mujou" in file.metadata
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+@pytest.mark.rule("record.snapshot")
+def test_snapshot_needs_a_snapshot_recorder(tmp_path: Path) -> None:
+    with (
+        mujou.run(counting_net(), timer=vt()) as run,
+        pytest.raises(RuntimeError, match=r"^run.snapshot\(\): this run is not recorded"),
+    ):
+        run.snapshot(tmp_path / "x.mcap")
+    with (
+        mujou.run(counting_net(), timer=vt(), record=tmp_path / "y.mcap") as run,
+        pytest.raises(RuntimeError, match=r"^snapshot\(\): this recorder writes as the run goes"),
+    ):
+        run.snapshot(tmp_path / "x.mcap")
+
+
+@pytest.mark.rule("record.arguments")
+def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^state_every must be a positive number of seconds, got 0"):
+        mujou.Recorder(tmp_path / "a", state_every=0)
+    with pytest.raises(ValueError, match=r"^compression must be 'zstd', 'lz4' or None, got 'gzip'"):
+        mujou.Recorder(tmp_path / "a", compression="gzip")
+    with pytest.raises(ValueError, match=r"^queue must be a positive int, got 0"):
+        mujou.Recorder(tmp_path / "a", queue=0)
+    with pytest.raises(ValueError, match=r"^path must be a file path, or None with snapshot="):
+        mujou.Recorder()
+    with pytest.raises(ValueError, match=r"^a snapshot recorder writes only when asked: give it no path"):
+        mujou.Recorder(tmp_path / "a", snapshot=1.0)
+    with pytest.raises(TypeError, match=r"^outputs must be a list of Output ports"):
+        mujou.Recorder(tmp_path / "a", outputs="counter.out")
+    net = counting_net()
+    with pytest.raises(TypeError, match=r"^record must be a mujou.Recorder, a file path or None, got int"):
+        mujou.run(net, timer=vt(), record=3)
+    with pytest.raises(
+        ValueError,
+        match=r"^outputs: 'counter.nope' is not an output of this net; its outputs are "
+        r"'counter.out', 'counter.nest', 'plus.out'$",
+    ):
+        mujou.run(net, timer=vt(), record=mujou.Recorder(tmp_path / "b.mcap", outputs=["counter.nope"]))
+    with pytest.raises(OSError, match=r"cannot write the recording"):
+        mujou.run(net, timer=vt(), record=tmp_path / "missing" / "c.mcap")
+    assert not (tmp_path / "b.mcap").exists()
+    recorder = mujou.Recorder(tmp_path / "d.mcap")
+    with mujou.run(net, timer=vt(), record=recorder) as run:  # the net was left free each time
+        run.sleep(0.1)
+    with pytest.raises(RuntimeError, match=r"^this mujou.Recorder has recorded a run already"):
+        mujou.run(net, timer=vt(), record=recorder)
+
+
+@pytest.mark.rule("record.optional")
+def test_mcap_is_optional() -> None:
+    """Planted: mcap imported at the top of the recorder's module (import mujou imports it)."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import mujou
+        assert "mcap" not in sys.modules, "import mujou imported mcap"
+        sys.modules["mcap"] = None  # as if it were not installed
+        try:
+            mujou.Recorder("x.mcap")
+        except ImportError as exc:
+            print(exc)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_GUARD, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "recording a run needs the mcap package: pip install 'mujou[record]'"
+
+
+@pytest.mark.rule("record.processes")
+def test_outputs_of_other_processes_are_recorded_as_the_host_sees_them(tmp_path: Path) -> None:
+    """A node in another process: its messages reach the file through the host's mirror, with
+    sequence 0; the host's own node's messages keep their microsteps. Planted: no mirror of the
+    other process's ports (its channel is missing)."""
+    from _process_nodes import Echo, Ticker
+
+    path = tmp_path / "p.mcap"
+    ticker, echo = Ticker(), Echo()
+    net = Bag(ticker=ticker, echo=echo)
+    net.connect(ticker.tick, echo.x)
+    recorder = mujou.Recorder(path)
+    with mujou.run(net, timer=vt(), processes={"p": ticker}, record=recorder) as run:
+        run.sleep(1.0)
+    file = read(path)
+    ticks = file.on("/ticker/tick")
+    echoes = file.on("/echo/out")
+    assert [tensor_of(m.value).item() for m in ticks] == [1.0, 2.0, 3.0, 4.0]
+    assert [m.log_time for m in ticks] == [250_000_000, 500_000_000, 750_000_000, 1_000_000_000]
+    assert {m.sequence for m in ticks} == {0}
+    assert [tensor_of(m.value).item() for m in echoes] == [2.0, 4.0, 6.0, 8.0]
+    assert recorder.lost == 0
