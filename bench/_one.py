@@ -22,6 +22,7 @@ SYSTEMS = {
     "mujou": "bench.mujou_system",
     "mujou_processes": "bench.mujou_processes",
     "mujou_record": "bench.mujou_record",
+    "mujou_record_read": "bench.record_read",
     "mujou_replay": "bench.mujou_replay",
     "torch_mp": "bench.baselines.torch_mp_peer",
     "asyncio": "bench.baselines.asyncio_tasks",

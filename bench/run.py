@@ -17,7 +17,9 @@ bare multiprocessing spawn of two processes that import torch) and soak (the han
 ``--soak-seconds``, counting the descriptors and shared-memory segments); and those of
 recording (``mujou.run(net, record=...)``): record-256B and record-1MiB (the recorder's
 throughput beside ``mcap``'s writer alone on the same messages) and record-fleet-100 (the fleet
-at N=100, plain and with every output recorded).
+at N=100, plain and with every output recorded); and record-seek-1GB (the seek to a time
+in a 1 GB recording, Mujou's reader beside mcap's; the file is written once, in about 3
+minutes, and kept in the temporary folder).
 
 Each measurement runs in a fresh process (``python -m bench._one``); the repeats are
 interleaved (all systems once, then all again), so that a slow minute of the machine does
@@ -150,6 +152,10 @@ PROCESS_WORKLOADS = (*CROSS_WORKLOADS, "fleet-processes", "tags-virtual-2p", "st
 # The workloads of recording: workload -> message size in bytes; and the fleet recorded.
 RECORD_WORKLOADS = {"record-256B": 256, "record-1MiB": 1 << 20}
 RECORD_FLEET_N = 100
+# Reading a recording (issue 25): the seek, and the seconds more its first run may take to
+# write the 1 GB file it reads.
+RECORD_SEEK = "record-seek-1GB"
+SEEK_WRITE_LIMIT = 600.0
 # Over SLOW by their own length: repeated.
 MEASURED_LONG = {"fleet_processes", "tags_virtual", "start_stop", "soak"}
 
@@ -203,6 +209,9 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
             if system in (MUJOU_1, MUJOU_2) and workload in ("trigger-latency", "chain-10"):
                 given["workers"] = 1 if system == MUJOU_1 else 2
             found.append(Case(system, workload, function, given, limit))
+    if MUJOU_1 in systems:
+        seek = {"gigabytes": 1.0, "seeks": 30}
+        found.append(Case(MUJOU_1, RECORD_SEEK, "seek", seek, limit + SEEK_WRITE_LIMIT, "mujou_record_read"))
     if MUJOU_1 in systems:  # issue 25: the replay under the virtual timer, as fast as it goes
         replay = {"seconds": 2.0}
         found.append(Case(MUJOU_1, "replay-virtual", "replay_virtual", replay, limit, "mujou_replay"))
@@ -619,6 +628,15 @@ def targets(results: Results, systems: list[str]) -> list[Target]:
     found += trigger_targets(results, systems)
     found += process_targets(results, systems)
     found += record_targets(results)
+    m = _median(results, MUJOU_1, RECORD_SEEK)
+    found.append(
+        Target(
+            "Seek to a time in a 1 GB recording (p50 / max of 30): max ≤ 50 ms",
+            _format(RECORD_SEEK, m) if m else "—",
+            f"mcap's reader: {_ms(m['mcap_seek_p50_ms'])} / {_ms(m['mcap_seek_max_ms'])}" if m else "—",
+            (m["seek_max_ms"] <= 50.0) if m else None,
+        )
+    )
     found += replay_targets(results)
     slower: list[str] = []
     compared = 0
@@ -857,6 +875,11 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             f"p99 {_ms(m['plain_lateness_p99_ms'])} → {_ms(m['recorded_lateness_p99_ms'])} "
             f"(+{1e3 * m['added_p99_ms']:.0f} µs), share {m['plain_share']:.3f} → "
             f"{m['recorded_share']:.3f}"
+        )
+    if workload == RECORD_SEEK:
+        return (
+            f"{_ms(m['seek_p50_ms'])} / {_ms(m['seek_max_ms'])} (open {_ms(m['open_ms'])}; "
+            f"{m['file_gb']:.2f} GB, {m['chunks']:.0f} chunks)"
         )
     if workload.startswith("fleet-"):
         return f"{m['share']:.3f} / {_ms(m['lateness_p99_ms'])}"

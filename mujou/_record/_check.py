@@ -6,7 +6,6 @@ by name (``"node.port"``), period, and, where the port declares them, kind, dtyp
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -51,7 +50,7 @@ def _port_problems(name: str, node: Node, port: Output[object], found: RecordedP
     if found is None:
         return [f"{name!r} is not in the recording"]
     problems = []
-    period = None if math.isinf(node.period) else node.period
+    period = node.period
     if period != found.period:
         problems.append(f"{name!r}: the node's period is {period!r}, the recording's {found.period!r}")
     declared = port._declared

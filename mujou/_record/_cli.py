@@ -76,12 +76,13 @@ def render(recording: Recording) -> str:
     rows = [("port", "kind", "dtype", "shape", "period", "messages", "rate (1/s)")]
     for port in recording.ports.values():
         rate = f"{port.messages / span:.4g}" if span > 0 else "-"
+        tensor = port.kind == "tensor"  # a nest's leaves have dtypes and shapes of their own
         rows.append(
             (
                 port.name,
                 port.kind,
-                port.dtype or "varies",
-                "varies" if port.shape is None else str(list(port.shape)),
+                (port.dtype or "varies") if tensor else "-",
+                ("varies" if port.shape is None else str(list(port.shape))) if tensor else "-",
                 "triggered" if port.period is None else f"{port.period:g}",
                 str(port.messages),
                 rate,

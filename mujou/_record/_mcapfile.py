@@ -14,11 +14,13 @@ bytes out of the chunk). The record layouts are MCAP's (https://mcap.dev/spec).
 
 from __future__ import annotations
 
+import importlib
 import io
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from io import BufferedReader
+from typing import Any
 
 MAGIC = b"\x89MCAP0\r\n"
 _HEADER = struct.Struct("<BQ")  # a record's opcode and the length of its body
@@ -103,7 +105,7 @@ class Contents:
     unindexed: int = 0  # messages outside chunks: a Mujou recording writes none
 
 
-def read_contents(file: BinaryIO, size: int) -> Contents:
+def read_contents(file: BufferedReader, size: int) -> Contents:
     """The contents of an MCAP file: from its summary, or from one pass when it has none.
 
     Raises:
@@ -118,7 +120,7 @@ def read_contents(file: BinaryIO, size: int) -> Contents:
     return _from_records(file, size)
 
 
-def _summary_start(file: BinaryIO, size: int) -> int:
+def _summary_start(file: BufferedReader, size: int) -> int:
     """The summary section's offset from the footer; 0 when there is no footer or summary."""
     footer_at = size - len(MAGIC) - _HEADER.size - _FOOTER_LENGTH
     if footer_at < len(MAGIC):
@@ -132,7 +134,7 @@ def _summary_start(file: BinaryIO, size: int) -> int:
     return start if len(MAGIC) <= start < footer_at else 0
 
 
-def _from_summary(file: BinaryIO) -> Contents:
+def _from_summary(file: BufferedReader) -> Contents:
     from mcap.reader import SeekingReader
 
     file.seek(0)
@@ -178,7 +180,7 @@ def _from_summary(file: BinaryIO) -> Contents:
     return contents
 
 
-def _count_messages(file: BinaryIO, contents: Contents) -> dict[int, int]:
+def _count_messages(file: BufferedReader, contents: Contents) -> dict[int, int]:
     """Count the messages per channel by reading every chunk (a summary without statistics)."""
     counts: dict[int, int] = {}
     for chunk in contents.chunks:
@@ -189,7 +191,7 @@ def _count_messages(file: BinaryIO, contents: Contents) -> dict[int, int]:
     return counts
 
 
-def _from_records(file: BinaryIO, size: int) -> Contents:
+def _from_records(file: BufferedReader, size: int) -> Contents:
     """One pass over the records of a file with no summary, up to the last whole one."""
     contents = Contents()
     schemas: dict[int, tuple[str, str, bytes]] = {}
@@ -305,13 +307,13 @@ def _string_map(body: memoryview, at: int) -> tuple[dict[str, str], int]:
     return found, end
 
 
-def _chunk_times(file: BinaryIO, chunk: Chunk) -> tuple[int, int]:
+def _chunk_times(file: BufferedReader, chunk: Chunk) -> tuple[int, int]:
     file.seek(chunk.offset + _HEADER.size)
     start_ns, end_ns, _, _ = _CHUNK.unpack(file.read(_CHUNK.size))
     return start_ns, end_ns
 
 
-def read_records(file: BinaryIO, chunk: Chunk) -> Iterator[tuple[int, memoryview, int, int]]:
+def read_records(file: BufferedReader, chunk: Chunk) -> Iterator[tuple[int, memoryview, int, int]]:
     """The records of a chunk: ``(opcode, buffer, start, end)``, the body at ``buffer[start:end]``.
 
     The chunk's records are read into one ``bytearray`` (decompressed when the chunk is), which
@@ -355,26 +357,33 @@ MESSAGE_DATA = _MESSAGE.size  # where a message's payload starts in its body
 
 def _decompress(compression: str, data: bytes, size: int) -> bytearray:
     if compression == "lz4":
-        import lz4.frame
-
-        out: bytearray = lz4.frame.decompress(data, return_bytearray=True)
+        out: bytearray = _package("lz4.frame", compression).decompress(data, return_bytearray=True)
         return out
-    if compression == "zstd":
-        import zstandard
-
-        out = bytearray(size)
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
-            filled = 0
-            while filled < size:
-                read = reader.readinto(memoryview(out)[filled:])
-                if read == 0:
-                    raise EOFError("the zstd chunk ends early")
-                filled += read
-        return out
-    raise ValueError(f"a chunk is compressed with {compression!r}; Mujou reads 'lz4', 'zstd' and none")
+    if compression != "zstd":
+        raise ValueError(f"a chunk is compressed with {compression!r}; Mujou reads 'lz4', 'zstd' and none")
+    out = bytearray(size)
+    with _package("zstandard", compression).ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+        filled = 0
+        while filled < size:
+            read = reader.readinto(memoryview(out)[filled:])
+            if read == 0:
+                raise EOFError("the zstd chunk ends early")
+            filled += read
+    return out
 
 
-def read_attachment_data(file: BinaryIO, attachment: Attachment) -> bytes:
+def _package(name: str, compression: str) -> Any:
+    """The module ``name`` that decompresses ``compression``, or ImportError saying how to get it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise ImportError(
+            f"reading a chunk compressed with {compression} needs the {name.partition('.')[0]} package: "
+            "pip install 'mujou[record]'"
+        ) from None
+
+
+def read_attachment_data(file: BufferedReader, attachment: Attachment) -> bytes:
     """The data of an attachment."""
     file.seek(attachment.offset + _HEADER.size)
     body = memoryview(file.read(attachment.length - _HEADER.size))

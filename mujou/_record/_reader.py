@@ -8,21 +8,20 @@ messages, and checks that the file is a Mujou recording.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import heapq
 import json
 import math
 import os
-import tempfile
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, final
+from typing import TYPE_CHECKING, Any, NamedTuple, final
 
-from .._errors import RecordingVersionWarning, StateFileError, TruncatedRecordingWarning
+from .._errors import RecordingVersionWarning, TruncatedRecordingWarning
 from .._files import file_path
 
 if TYPE_CHECKING:
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
 
 STATE_PREFIX = "state/"
 STATE_MEDIA_TYPE = "application/x-mujou-state"
-INSTALL = "pip install mujou[record]"
+INSTALL = "pip install 'mujou[record]'"
 _NS = 1_000_000_000
 
 
@@ -122,7 +121,7 @@ class Recording:
         self._path = file_path("path", path)
         self._name = os.fspath(path)
         self._lock = threading.Lock()  # one seek and read at a time on the shared file
-        self._file: BinaryIO | None = None
+        self._file: BufferedReader | None = None
         file = open(self._path, "rb")  # noqa: SIM115 (closed by close(), or below)
         try:
             size = os.fstat(file.fileno()).st_size
@@ -138,12 +137,10 @@ class Recording:
         self._file = file
         self._size = size
         self._ports = self._read_ports(contents)
-        self._by_channel = {channel_id: port.name for channel_id, port in self._ports.items()}
         self._layouts = {
             channel_id: json.loads(channel.metadata.get("layout") or '"tensor"')
             for channel_id, channel in contents.channels.items()
         }
-        self._channel_of = {port.name: channel_id for channel_id, port in self._ports.items()}
         self._keyframes = sorted(
             (attachment.log_time, index)
             for index, attachment in enumerate(contents.attachments)
@@ -177,29 +174,38 @@ class Recording:
                     "'kind', ...)"
                 )
 
-    def _read_ports(self, contents: Contents) -> dict[int, RecordedPort]:
-        ports: dict[int, RecordedPort] = {}
+    def _read_ports(self, contents: Contents) -> dict[str, RecordedPort]:
+        """The ports, each from its channels: one, or one per structure its messages had."""
+        channels: dict[str, list[int]] = {}
         for channel_id, channel in sorted(contents.channels.items()):
-            meta = channel.metadata
-            name = f"{meta['node']}.{meta['port']}"
-            ports[channel_id] = RecordedPort(
+            channels.setdefault(f"{channel.metadata['node']}.{channel.metadata['port']}", []).append(
+                channel_id
+            )
+        self._channels_of = {name: frozenset(ids) for name, ids in channels.items()}
+        self._by_channel = {channel_id: name for name, ids in channels.items() for channel_id in ids}
+        ports = {}
+        for name, ids in channels.items():
+            metas = [contents.channels[channel_id].metadata for channel_id in ids]
+            first, topic = metas[0], contents.channels[ids[0]].topic
+            shapes = {meta.get("shape", "") for meta in metas}
+            ports[name] = RecordedPort(
                 name=name,
-                node=meta["node"],
-                port=meta["port"],
-                kind=meta["kind"],
-                dtype=meta.get("dtype", ""),
-                shape=_shape(meta.get("shape", ""), channel.topic),
-                period=_period(meta.get("period", ""), channel.topic),
-                device=meta.get("device", ""),
-                messages=contents.counts.get(channel_id, 0),
-                topic=channel.topic,
+                node=first["node"],
+                port=first["port"],
+                kind=_common(meta["kind"] for meta in metas) or "mixed",
+                dtype=_common(meta.get("dtype", "") for meta in metas),
+                shape=_shape(shapes.pop(), topic) if len(shapes) == 1 else None,
+                period=_period(first.get("period", ""), topic),
+                device=first.get("device", ""),
+                messages=sum(contents.counts.get(channel_id, 0) for channel_id in ids),
+                topic=topic,
             )
         return ports
 
     def _warn(self) -> None:
         if self.cut is not None:
             warnings.warn(
-                f"the recording {self._name!r} was cut (the run that wrote it did not close it): "
+                f"the recording {self._name!r} was cut (its run did not close it, or its end is lost): "
                 f"it is read up to its last whole chunk; {self.cut}",
                 TruncatedRecordingWarning,
                 stacklevel=3,
@@ -225,7 +231,7 @@ class Recording:
     @property
     def ports(self) -> dict[str, RecordedPort]:
         """The recorded ports by name (``"node.port"``), in the order of their channels."""
-        return {port.name: port for port in self._ports.values()}
+        return dict(self._ports)
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -241,15 +247,17 @@ class Recording:
 
     @property
     def cut(self) -> str | None:
-        """``None`` for a whole file; for a file the run did not close, what was lost.
+        """``None`` for a whole file; for a file the run did not close, or whose end cannot be
+        read, what was lost.
 
         See :ref:`record.read-cut`.
         """
-        if "mujou.end" in self._contents.metadata:
-            return None
-        note = "it has no 'mujou.end' record"
+        notes = [] if "mujou.end" in self._contents.metadata else ["it has no 'mujou.end' record"]
         if self._contents.cut is not None:
-            note += f", and {self._contents.cut}"
+            notes.append(self._contents.cut)
+        if not notes:
+            return None
+        note = ", and ".join(notes)
         last = max((chunk.end_ns for chunk in self._contents.chunks), default=None)
         if last is not None:
             note += f"; the last message kept is at t={last / _NS:.9g}"
@@ -263,7 +271,7 @@ class Recording:
 
     @property
     def message_count(self) -> int:
-        """How many messages the file holds (of a cut file: in its whole chunks)."""
+        """How many messages the file holds; of a cut file, those in its whole chunks."""
         return sum(port.messages for port in self._ports.values())
 
     @property
@@ -318,16 +326,7 @@ class Recording:
         attachment = self._contents.attachments[self._keyframes[found - 1][1]]
         with self._lock:
             data = read_attachment_data(file, attachment)
-        handle, name = tempfile.mkstemp(suffix=".pt", prefix="mujou-keyframe-")
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-            return _state.load(name)
-        except StateFileError as exc:
-            raise StateFileError(f"{self._name} (keyframe {attachment.name})", exc.reason) from exc
-        finally:
-            with contextlib.suppress(OSError):
-                os.remove(name)
+        return _state.loads(data, f"{self._name} (keyframe {attachment.name!r})")
 
     def messages(
         self,
@@ -363,14 +362,14 @@ class Recording:
                 raise TypeError(
                     f"ports must be port names ('node.port'), got {type(name).__name__}: {name!r}"
                 )
-            if name not in self._channel_of:
+            if name not in self._channels_of:
                 unknown.append(name)
         if unknown:
             raise ValueError(
                 f"the recording {self._name!r} has no port {', '.join(map(repr, unknown))}; "
-                f"it holds {', '.join(map(repr, self._channel_of)) or 'no ports'}"
+                f"it holds {', '.join(map(repr, self._channels_of)) or 'no ports'}"
             )
-        return frozenset(self._channel_of[name] for name in names)
+        return frozenset().union(*(self._channels_of[name] for name in names))
 
     def _iterate(
         self, wanted: frozenset[int] | None, low: int | None, high: int | None
@@ -458,7 +457,7 @@ class Recording:
 
     # --- Lifetime ----------------------------------------------------------------------------
 
-    def _open_file(self) -> BinaryIO:
+    def _open_file(self) -> BufferedReader:
         if self._file is None:
             raise ValueError(f"the recording {self._name!r} is closed")
         return self._file
@@ -490,6 +489,12 @@ def _time_ns(name: str, value: object) -> int:
     if not math.isfinite(value):
         raise ValueError(f"{name} must be a finite time in seconds, got {value!r}")
     return round(value * 1e9)
+
+
+def _common(values: Iterable[str]) -> str:
+    """The value all channels of a port share, or ""."""
+    found = set(values)
+    return found.pop() if len(found) == 1 else ""
 
 
 def _shape(text: str, topic: str) -> tuple[int, ...] | None:
