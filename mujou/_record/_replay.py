@@ -226,9 +226,21 @@ class Replay:
             self._anchor_run = self._anchor_position = origin
             self._paused = False
             self._seeks = 0
+        channels = self.recording.ports  # an output the run sent nothing on has none
+        queues = {name: deque[Queued]() for name in self.nodes}
+        ports = {name: queues[node] for name in channels if (node := name.rpartition(".")[0]) in queues}
+        feed = _Feed(self.recording, ports, None if state is None else origin)
         for slot in engine.slots:
-            if slot.name in self.nodes:
-                slot.actor = _Standin(self, engine, slot, origin, resumed=state is not None)
+            if slot.name in queues:
+                slot.actor = _Standin(
+                    self,
+                    engine,
+                    slot,
+                    feed=feed,
+                    queue=queues[slot.name],
+                    origin=origin,
+                    resumed=state is not None,
+                )
 
     # -- the host's controls (real-time timer) -----------------------------------------------
 
@@ -299,43 +311,86 @@ class Replay:
 
 
 class _Feed:
-    """The recorded messages of one replaced node, read on as its updates need them."""
+    """The recorded messages of a run's replaced nodes, read once, in tag order, into a queue
+    per node as their updates need them.
 
-    __slots__ = ("_messages", "_ports", "_recording", "ahead")
+    One reader for all of them: the recording's messages of several ports come out of one
+    merge, cheaper than one per node. The stand-ins read it from their own threads, under its
+    lock; each then takes from its own queue (deque appends and pops are atomic).
+    """
 
-    def __init__(self, recording: Recording, ports: Sequence[str], after: float | None) -> None:
+    def __init__(self, recording: Recording, ports: Mapping[str, deque[Queued]], after: float | None) -> None:
         self._recording = recording
-        self._ports = list(ports)
+        self._queues = ports  # port name -> its node's queue
+        self._lock = threading.Lock()
         self._messages: Iterator[RecordedMessage] = iter(())
-        self.ahead: deque[tuple[int, int, RecordedMessage]] = deque()  # read, not yet sent
+        self._read = -1  # every message up to this time (ns) is in its queue
+        self.seeks = 0  # the replay's seeks this feed has followed
         self.open(after)
 
     def open(self, after: float | None) -> None:
         """Read from the first message after recording time ``after`` (None: the first of all)."""
-        self.ahead.clear()
-        if not self._ports:
+        for queue in self._queues.values():
+            queue.clear()
+        self._read = -1
+        if not self._queues:
             self._messages = iter(())
             return
-        messages = self._recording.messages(ports=self._ports, start=after)
+        messages = self._recording.messages(ports=list(self._queues), start=after)
         if after is not None:
-            limit = tag_ns(after)
+            limit = self._read = tag_ns(after)
             messages = (message for message in messages if tag_ns(message.time) > limit)
         self._messages = iter(messages)
 
     def read_to(self, ns: int) -> None:
-        """Read every message up to recording time ``ns`` (and one past it) into ``ahead``."""
-        ahead = self.ahead
-        while not ahead or ahead[-1][0] <= ns:
-            message = next(self._messages, None)
+        """Put every message up to recording time ``ns`` in its node's queue."""
+        if self._read > ns:
+            return
+        with self._lock:
+            self._read_to(ns)
+
+    def _read_to(self, ns: int) -> None:
+        queues, messages = self._queues, self._messages
+        while self._read <= ns:
+            message = next(messages, None)
             if message is None:
+                self._read = _END
                 return
-            ahead.append((tag_ns(message.time), message.microstep, message))
+            self._read = at = tag_ns(message.time)
+            queues[message.port].append((at, message.microstep, message))
+
+    def take(self, queue: deque[Queued], ns: int, seeks: int, seek_to: float) -> list[RecordedMessage]:
+        """Real-time timer: the messages of ``queue`` up to recording time ``ns``, taken out,
+        after reopening at the replay's last seek if this feed has not followed it yet."""
+        with self._lock:  # a reopen empties every queue: no stand-in takes meanwhile
+            if seeks != self.seeks:
+                self.seeks = seeks
+                self.open(seek_to)
+            self._read_to(ns)
+            taken = []
+            while queue and queue[0][0] <= ns:
+                taken.append(queue.popleft()[2])
+            return taken
+
+
+Queued = tuple[int, int, RecordedMessage]  # a message's time (ns), microstep, and itself
+_END = 2**63  # past every time of a recording
 
 
 class _Standin:
     """What runs in place of a replaced node's hooks (NOTE [ a replaced node keeps its schedule ])."""
 
-    def __init__(self, replay: Replay, engine: Engine, slot: Slot, origin: float, *, resumed: bool) -> None:
+    def __init__(
+        self,
+        replay: Replay,
+        engine: Engine,
+        slot: Slot,
+        *,
+        feed: _Feed,
+        queue: deque[Queued],
+        origin: float,
+        resumed: bool,
+    ) -> None:
         self._replay = replay
         self._engine = engine
         self._slot = slot
@@ -343,19 +398,17 @@ class _Standin:
         outputs = [port for port in slot.core.ports.values() if isinstance(port, Output)]
         self._outputs: dict[str, Output[Any]] = {port.name: port for port in outputs}
         self._device = slot.core.device
-        self._resumed = resumed
         self._origin = origin
-        channels = replay.recording.ports  # an output the run sent nothing on has none
-        sent = [name for name in self._outputs if name in channels]
-        self._feed = _Feed(replay.recording, sent, origin if resumed else None)
-        self._seeks = 0
+        self._resumed = resumed
+        self._feed = feed
+        self._queue = queue  # the feed puts this node's messages here
 
     def _send(self, message: RecordedMessage) -> None:
         port = self._outputs[message.port]
         value = message.value
         if self._device.type != "cpu":
             value = _to_device(value, self._device)
-        port.send(value)
+        port.send(value, copy=False)  # the recording's tensor: nothing changes it
 
     # -- the hooks -------------------------------------------------------------------------
 
@@ -380,9 +433,8 @@ class _Standin:
         if not self._virtual:
             return
         now = tag_ns(self._engine.clock.now())
-        feed = self._feed
-        feed.read_to(now - 1)
-        for ns, microstep, message in feed.ahead:
+        self._feed.read_to(now - 1)
+        for ns, microstep, message in self._queue:
             if ns < now:
                 raise self._mismatch(ns, microstep, message, None)
 
@@ -397,30 +449,23 @@ class _Standin:
 
     def _send_tag(self, ns: int, microstep: int) -> None:
         """Send the messages recorded at tag (``ns``, ``microstep``); refuse earlier ones."""
-        feed = self._feed
-        feed.read_to(ns)
-        ahead = feed.ahead
-        while ahead:
-            at, step, message = ahead[0]
+        self._feed.read_to(ns)
+        queue = self._queue  # only this stand-in takes from it
+        while queue:
+            at, step, message = queue[0]
             if at > ns or (at == ns and step > microstep):
                 break
             if at < ns or step < microstep:
                 raise self._mismatch(at, step, message, (ns, microstep))
-            ahead.popleft()
+            queue.popleft()
             self._send(message)
 
     def _send_to(self, now: float) -> None:
         """Real-time timer: send every message recorded up to the position at ``now``."""
         position, seeks, seek_to = self._replay._real_position(now)
-        feed = self._feed
-        if seeks != self._seeks:  # from the seek's time, whatever the position has reached since
-            self._seeks = seeks
-            feed.open(seek_to)
-        limit = tag_ns(position)
-        feed.read_to(limit)
-        ahead = feed.ahead
-        while ahead and ahead[0][0] <= limit:
-            self._send(ahead.popleft()[2])
+        # After a seek, from the seek's time, whatever the position has reached since.
+        for message in self._feed.take(self._queue, tag_ns(position), seeks, seek_to):
+            self._send(message)
 
     def _mismatch(
         self, ns: int, microstep: int, message: RecordedMessage, at: tuple[int, int] | None
