@@ -54,6 +54,7 @@ DOCUMENTED_API = frozenset(
         "StateFileError",
         "ProcessError",
         "Recorder",
+        "Replay",
     }
 )
 
