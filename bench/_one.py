@@ -23,6 +23,7 @@ SYSTEMS = {
     "mujou_processes": "bench.mujou_processes",
     "mujou_record": "bench.mujou_record",
     "mujou_record_read": "bench.record_read",
+    "mujou_replay": "bench.mujou_replay",
     "torch_mp": "bench.baselines.torch_mp_peer",
     "asyncio": "bench.baselines.asyncio_tasks",
     "threads": "bench.baselines.thread_per_node",

@@ -6,7 +6,9 @@ The workloads (``--only``): fleet-10, fleet-100, fleet-1000, fleet-10000, dispat
 dispatch-virtual, echo, idle; and those of event-triggered nodes: trigger-latency (send to
 start of a triggered node), echo-triggered (the host round trip through a triggered echo),
 chain-10 (10 triggered nodes in a row, end to end), microsteps (triggered updates per second
-under the virtual timer); and those of processes (``mujou.run(net, processes=...)``):
+under the virtual timer); replay-virtual (a net replayed with its sources replaced, under the
+virtual timer, against the net's own rate: bench/mujou_replay.py); and those of processes
+(``mujou.run(net, processes=...)``):
 cross-process-256B, cross-process-64KiB, cross-process-1MiB (send to read, a sender in one
 process and a triggered reader in another), fleet-processes (Python-bound nodes in one
 process, then over two), tags-virtual-2p (virtual-timer tags per second with a node in each
@@ -210,6 +212,9 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
     if MUJOU_1 in systems:
         seek = {"gigabytes": 1.0, "seeks": 30}
         found.append(Case(MUJOU_1, RECORD_SEEK, "seek", seek, limit + SEEK_WRITE_LIMIT, "mujou_record_read"))
+    if MUJOU_1 in systems:  # issue 25: the replay under the virtual timer, as fast as it goes
+        replay = {"seconds": 2.0}
+        found.append(Case(MUJOU_1, "replay-virtual", "replay_virtual", replay, limit, "mujou_replay"))
     return found + plan_processes(durations, every) + plan_record(durations, every)
 
 
@@ -632,6 +637,7 @@ def targets(results: Results, systems: list[str]) -> list[Target]:
             (m["seek_max_ms"] <= 50.0) if m else None,
         )
     )
+    found += replay_targets(results)
     slower: list[str] = []
     compared = 0
     for n in FLEET_SIZES:
@@ -705,6 +711,19 @@ def trigger_targets(results: Results, systems: list[str]) -> list[Target]:
             )
         )
     return found
+
+
+def replay_targets(results: Results) -> list[Target]:
+    """The replay's target (issue 25), met or not by this run's median."""
+    m = _median(results, MUJOU_1, "replay-virtual")
+    return [
+        Target(
+            "Replay under the virtual timer, as fast as it goes: ≥ 0.5× the net's own rate, 0 lost",
+            _format("replay-virtual", m) if m else "—",
+            "—",
+            (m["ratio"] >= 0.5 and m["lost"] == 0 and m["identical"] == 1.0) if m else None,
+        )
+    ]
 
 
 def process_targets(results: Results, systems: list[str]) -> list[Target]:
@@ -813,6 +832,11 @@ def _format(workload: str, m: dict[str, Any]) -> str:
         )
     if workload == "microsteps":
         return _rate(m["microsteps_per_second"])
+    if workload == "replay-virtual":
+        return (
+            f"{m['replay_rate']:.2f} s / s vs {m['own_rate']:.2f} s / s ({m['ratio']:.2f}×), "
+            f"{m['lost']:.0f} lost of {m['messages']:,.0f}, identical: {bool(m['identical'])}"
+        )
     if workload in CROSS_WORKLOADS:
         missed = f" ({m['missed']:.0f} missed)" if m.get("missed") else ""
         return f"{_us(m['latency_p50_us'])} / {_us(m['latency_p99_us'])}{missed}"

@@ -56,6 +56,7 @@ DOCUMENTED_API = frozenset(
         "StateFileError",
         "ProcessError",
         "Recorder",
+        "Replay",
     }
 )
 

@@ -25,6 +25,7 @@ from ._record._reader import RecordedMessage as RecordedMessage
 from ._record._reader import RecordedPort as RecordedPort
 from ._record._reader import Recording as Recording
 from ._record._recorder import Recorder as Recorder
+from ._record._replay import Replay as Replay
 from ._run import Run as Run
 from ._specs import TensorSpec as TensorSpec
 from ._start import run as run
@@ -67,6 +68,7 @@ __all__ = [
     "Recorder",
     "Recording",
     "RecordingVersionWarning",
+    "Replay",
     "Run",
     "RunStats",
     "StateFileError",

@@ -26,6 +26,7 @@ from ._processes._placement import HOST, Placement, check_processes
 from ._processes._start import start as start_processes
 from ._progress import Progress
 from ._record import _recorder as _recording
+from ._record._replay import Replay
 from ._run import Run, _host_message
 from ._seeds import run_seed, seed_nodes
 from ._timer import RealTimeTimer, Timer
@@ -46,6 +47,7 @@ def run(
     processes: Mapping[str, object] | None = None,
     seed: int | None = None,
     record: object = None,
+    replay: Replay | None = None,
 ) -> Run:
     """Start ``net`` and return its :class:`Run`; use it as a context manager.
 
@@ -69,6 +71,8 @@ def run(
             entropy under the real-time timer (see :ref:`threads.run-seed`); ``run.seed`` tells.
         record: A :class:`Recorder`, or a file path (every output recorded to it), to write
             the run's messages to an MCAP file as it goes (see :ref:`record.recorder`).
+        replay: Nodes of the net replaced by their recording (see :ref:`replay.replaced`);
+            with ``Replay(start=...)`` the run starts from the recording's keyframe.
 
     Raises:
         TypeError, ValueError: an argument is not allowed; nothing was started.
@@ -105,6 +109,11 @@ def run(
         raise TypeError(f"trace must be a file path or None, got {type(trace).__name__}: {trace!r}")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}: {progress!r}")
+    if replay is not None:
+        if not isinstance(replay, Replay):
+            raise TypeError(f"replay must be a mujou.Replay or None, got {type(replay).__name__}: {replay!r}")
+        replay._check(nodes, timer.virtual, placement)
+        state = replay._state(state)  # replay.start
     recording = None
     wanted = None if record is None else _recording.recorder_of(record)
     if placement is not None:
@@ -128,6 +137,7 @@ def run(
             state=state,
             recorder=recorder,
             seed=chosen_seed,
+            replay=replay,
         )
         if wanted is not None:
             try:
@@ -152,6 +162,8 @@ def run(
     recorder = None if trace is None else TraceRecorder(trace)  # creates the file (observe.trace-start)
     try:
         engine = Engine(nodes, workers, timer, recorder)
+        if replay is not None:
+            replay._install(engine, state)
         restore: list[Any] | None = None
         meta: dict[str, Any] = {}
         if state is not None:

@@ -57,7 +57,7 @@ def build_tree(slots: Sequence[Slot], states: Sequence[Any], time: float) -> dic
     tree: dict[str, Any] = {}
     nodes: dict[str, Any] = {}
     for slot, state in zip(slots, states, strict=True):
-        default = type(slot.node).state_dict is Node.state_dict
+        default = type(slot.actor).state_dict is Node.state_dict
         *parents, leaf = slot.name.split(".")
         branch = tree
         for part in parents:

@@ -137,6 +137,7 @@ def test_every_example_is_tested(path: Path) -> None:
         "many_nodes",
         "two_processes",
         "test_sensor_fusion",
+        "record_replay",
     }
     assert path.stem in tested, f"add a test for examples/{path.name}"
 
@@ -153,3 +154,14 @@ def test_the_tests_of_the_sensor_fusion_nodes() -> None:
     """examples/test_sensor_fusion.py: pytest idioms with mujou.testing.Harness, run as a script."""
     out = run_example("test_sensor_fusion.py")
     assert re.search(r"^6 passed in ", out, re.MULTILINE), out
+
+
+def test_record_replay(tmp_path: Path) -> None:
+    pytest.importorskip("mcap")
+    path = tmp_path / "run.mcap"
+    out = run_example("record_replay.py", str(path))
+    assert path.exists()
+    assert "Recorded 2.0 s to " in out
+    assert "The recording holds camera.frame, detector.spot, tracker.estimate;" in out
+    assert re.search(r"^identical: True$", out, re.MULTILINE), out
+    assert "Replayed from the keyframe at 1.0 s: identical: True" in out

@@ -99,7 +99,7 @@ def _states_after_end(engine: Engine) -> dict[str, Any]:
     states = []
     now = engine.end_time
     for slot in engine.slots:
-        result, exc = engine.hooks.call(slot, "state_dict", slot.node.state_dict)
+        result, exc = engine.hooks.call(slot, "state_dict", slot.actor.state_dict)
         if exc is not None:
             raise HookError(slot.name, "state_dict", now, exc) from exc
         states.append(result)

@@ -47,6 +47,7 @@ class Instants:
     staged: list[Staged]
     advance_until: float | None
     microstep: int
+    call_microsteps: int
     ended: bool
     tracing: bool
 
@@ -79,7 +80,8 @@ class Instants:
         assert isinstance(clock, VirtualClock)
         if due <= clock.time:  # a microstep: triggered updates at the same time (trigger.tags)
             self.microstep += 1
-            if self.microstep > MICROSTEPS_MAX:
+            self.call_microsteps += 1
+            if self.call_microsteps > MICROSTEPS_MAX:
                 names = [slot.name for slot in self.slots if min(slot.due, slot.pending) <= clock.time]
                 self.policy.abort(
                     RuntimeError(
@@ -92,7 +94,12 @@ class Instants:
                 self.deliver()
                 return
         else:
-            self.microstep = 0
+            self.call_microsteps = 0
+            # NOTE [ tags in whole nanoseconds ]: a recording keeps times in whole nanoseconds
+            # (round(t * 1e9)), and float sums make instants a hair apart (0.06 + 0.01 and
+            # 7 * 0.01); an instant in the same nanosecond as the one before counts as its next
+            # microstep, so that every instant of a run keeps a tag of its own on disk.
+            self.microstep = self.microstep + 1 if round(due * 1e9) == round(clock.time * 1e9) else 0
         clock.set(due)
         self.policy.start_instant()
         self.deliver()
@@ -127,7 +134,7 @@ class Instants:
         assert isinstance(clock, VirtualClock)
         with self.lock:
             self.advance_until = until if done is None and until is not None else None
-            self.microstep = 0  # the cap counts within one host call (trigger.microstep-cap)
+            self.call_microsteps = 0  # the cap counts within one host call (trigger.microstep-cap)
             try:
                 while True:
                     self.host_wait(lambda: policy.stopping or policy.quiescent(clock.time))

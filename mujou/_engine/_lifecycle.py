@@ -93,7 +93,10 @@ class Engine(Instants):
         # Virtual timer: sent, not yet visible; each with its version counter at the send.
         self.staged: list[Staged] = []
         self.advance_until: float | None = None  # the host's sleep target, while it sleeps
-        self.microstep = 0  # virtual timer: the instant's number among those at its time
+        # Virtual timer: the instant's number among those at its time, counted on across host
+        # calls at one time, so that each tag (time, microstep) of a run is its own (trigger.tags).
+        self.microstep = 0
+        self.call_microsteps = 0  # the microsteps of the host's current call (trigger.microstep-cap)
         self.ended = False
         self.end_time = 0.0
         self.end_real = 0.0

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._ports import Input
 from .._schedule import next_slot
@@ -20,6 +21,17 @@ from ._arrivals import arrivals_due
 if TYPE_CHECKING:
     from .._node import Node, NodeCore
     from .._trace import Update
+
+
+class Actor(Protocol):
+    """The hooks the engine calls for a slot: a node's, or a replay's stand-in for one."""
+
+    def on_start(self) -> None: ...
+    def on_update(self, dt: float) -> None: ...
+    def on_stop(self) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
 
 START, RESTORE, STATE, STOP = "start", "restore", "state", "stop"
 HOOK_OF_JOB = {START: "on_start", RESTORE: "load_state_dict", STATE: "state_dict", STOP: "on_stop"}
@@ -41,6 +53,7 @@ class Slot:
     """One node's schedule, flags and statistics."""
 
     __slots__ = (
+        "actor",
         "arrival_numbers",
         "arrival_times",
         "arrived",
@@ -82,6 +95,8 @@ class Slot:
 
     def __init__(self, node: Node, core: NodeCore, index: int) -> None:
         self.node = node
+        # Whose hooks run: the node, or what stands in for it in a replay (replay.hooks-replaced).
+        self.actor: Actor = node
         self.core = core
         self.index = index
         self.name = node.name

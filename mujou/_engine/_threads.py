@@ -299,7 +299,7 @@ def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
                 in_hook[w] = 0.0 if slot.cuda else _perf_counter()
             dt = begin_update(slot, start, traced)
             before = slot.busy_seconds
-            failed = call(slot, "on_update", slot.node.on_update, dt)[1]
+            failed = call(slot, "on_update", slot.actor.on_update, dt)[1]
             spent += slot.busy_seconds - before
             ran.append(slot)
             if failed is not None:
@@ -322,7 +322,7 @@ def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
 
 def run_job(engine: Engine, slot: Slot, job: Job, holder: int) -> None:
     """Run ``job`` on ``slot``, held by thread ``holder``, and tell the policy."""
-    node, kind = slot.node, job.kind
+    node, kind = slot.actor, job.kind
     hook = HOOK_OF_JOB[kind]
     at = engine.clock.now()
     call = engine.hooks.call
@@ -347,7 +347,7 @@ def dedicated_main(engine: Engine, slot: Slot) -> None:
     lock, policy, clock, parking = engine.lock, engine.policy, engine.clock, engine.parking
     holder, gate = policy.dedicated_holder(slot), engine.gate_of(slot)
     traced = engine.hooks.trace is not None
-    on_update = slot.node.on_update
+    on_update = slot.actor.on_update
     while True:
         with lock:
             while True:

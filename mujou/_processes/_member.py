@@ -157,7 +157,7 @@ class Member:
 
     def begin_advance(self) -> None:
         """A host call that runs tags begins: the microstep cap counts from here."""
-        self.engine.microstep = 0
+        self.engine.call_microsteps = 0
 
     def instant(self, due: float) -> tuple[list[Crossing], Failure | None]:
         """Run the tag at ``due`` (every process runs each tag, most with nothing due) and

@@ -19,6 +19,7 @@ from .._net import Net
 from .._node import Node
 from .._port import forget_messages
 from .._ports import Input
+from .._record._replay import Replay
 from .._seeds import seed_nodes
 from .._state import cpu_copy
 from .._timer import RealTimeTimer, Timer
@@ -52,11 +53,14 @@ def start(
     state: Mapping[str, Any] | None,
     recorder: TraceRecorder | None,
     seed: int,
+    replay: Replay | None = None,
 ) -> tuple[Engine, Processes]:
     """Start the run's processes and the host's engine; on any failure, nothing is left."""
     restore, meta = (None, {}) if state is None else check_state(nodes, state)
     try:
         engine = Engine(placement.host, workers[HOST], timer, recorder)
+        if replay is not None:  # its nodes are the host's (replay.processes)
+            replay._install(engine, state)
         engine.claim()
     except BaseException:
         if recorder is not None:
