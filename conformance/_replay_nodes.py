@@ -44,7 +44,7 @@ class Detector(Node):
     frame = Input()
     boxes = Output()
 
-    def __init__(self, seed: int = 8) -> None:
+    def __init__(self, seed: int | None = 8) -> None:
         super().__init__(trigger=on("frame"), seed=seed)
         self.seen: list[float] = []
 
@@ -76,12 +76,13 @@ class Sink(Node):
 
 
 class Pipeline(Net):
-    """camera -> detector -> sink (``camera``: another camera than ``Camera()``)."""
+    """camera -> detector -> sink (``camera``: another camera than ``Camera()``;
+    ``detector_seed``: None, a detector seeded by the run)."""
 
-    def __init__(self, camera: Camera | None = None) -> None:
+    def __init__(self, camera: Camera | None = None, detector_seed: int | None = 8) -> None:
         super().__init__()
         self.camera = Camera() if camera is None else camera
-        self.detector = Detector()
+        self.detector = Detector(seed=detector_seed)
         self.sink = Sink()
         self.connect(self.camera.frame, self.detector.frame)
         self.connect(self.detector.boxes, self.sink.boxes)

@@ -243,6 +243,27 @@ def test_a_replaced_camera_runs_no_hook_and_the_rest_is_the_same(tmp_path: Path,
     assert not same_except_camera(recorded, replayed), same_except_camera(recorded, replayed)
 
 
+@pytest.mark.rule("replay.seed", "replay.identical")
+def test_a_replay_takes_the_recorded_runs_seed(tmp_path: Path, opened: Opener) -> None:
+    """> When `mujou.run` is given `replay=` and no `seed=`, the run's seed is the recorded
+    run's [...]: a node without a seed of its own draws what it drew in the recorded run."""
+    path = tmp_path / "seeded.mcap"
+    net = Pipeline(detector_seed=None)
+    recorder = mujou.Recorder(path)
+    with hang_guard(HANG_GUARD), mujou.run(net, timer=vt(), workers=2, seed=1234, record=recorder) as run:
+        for seconds in STEPS:
+            run.sleep(seconds)
+        recorded = run.state_dict()
+    net = Pipeline(detector_seed=None)
+    replay = mujou.Replay(opened(path), nodes=["camera"])
+    with hang_guard(HANG_GUARD), mujou.run(net, timer=vt(), workers=1, replay=replay) as run:
+        assert run.seed == 1234
+        for seconds in STEPS:
+            run.sleep(seconds)
+        replayed = run.state_dict()
+    assert not same_except_camera(recorded, replayed), same_except_camera(recorded, replayed)
+
+
 @pytest.mark.rule("replay.start", "replay.identical")
 def test_a_replay_from_a_keyframe_ends_as_the_recorded_run(tmp_path: Path, opened: Opener) -> None:
     """> `mujou.Replay(recording, nodes=..., start=t)` starts the run from the recording's

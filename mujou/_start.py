@@ -97,6 +97,8 @@ def run(
             "timer must be mujou.RealTimeTimer() or mujou.VirtualTimer(), "
             f"got {type(timer).__name__}: {timer!r}"
         )
+    if seed is None and isinstance(replay, Replay):
+        seed = replay._recorded_seed()  # replay.seed: the recorded run's, unless told otherwise
     chosen_seed = run_seed(seed, timer)
     nodes = list(net.nodes())
     _check_net(net, nodes)
@@ -142,7 +144,13 @@ def run(
         if wanted is not None:
             try:
                 recording = _recording.start_with_processes(
-                    wanted, net=net, nodes=nodes, engine=engine, processes=group, workers=sum(counts.values())
+                    wanted,
+                    net=net,
+                    nodes=nodes,
+                    engine=engine,
+                    processes=group,
+                    workers=sum(counts.values()),
+                    seed=chosen_seed,
                 )
             except BaseException:
                 group.stop()
@@ -171,7 +179,7 @@ def run(
             if problems:
                 raise ValueError(mismatch_message(problems))
         if wanted is not None:
-            recording = _recording.Session(wanted, net, nodes, engine, workers)  # opens the file
+            recording = _recording.Session(wanted, net, nodes, engine, workers, chosen_seed)  # opens the file
         engine.claim()
         forget_messages(nodes)
         seed_nodes(nodes, chosen_seed)  # the run owns the nodes now, and no hook has run

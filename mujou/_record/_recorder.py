@@ -253,7 +253,7 @@ class Session:
     """One run's recording: the channels, the queue, the writer thread, the keyframes."""
 
     def __init__(
-        self, recorder: Recorder, net: Net, nodes: Sequence[Node], engine: Engine, workers: int
+        self, recorder: Recorder, net: Net, nodes: Sequence[Node], engine: Engine, workers: int, seed: int
     ) -> None:
         if recorder._session is not None:
             raise RuntimeError("this mujou.Recorder has recorded a run already; a recorder records one run")
@@ -283,7 +283,9 @@ class Session:
         self.next_channel = itertools.count(1)
         self.start_time = engine.time()
         self.keyframe_n = 0
-        self.header = _header(net, nodes, engine, workers, recorder)
+        # The header is written by start(), once the run has seeded its nodes (threads.derived-seed).
+        self.header_of = functools.partial(_header, net, nodes, engine, workers, recorder, seed)
+        self.header: dict[str, dict[str, str]] = {}
         self.unwatch: list[Callable[[], None]] = []
         self.writer: Any = None
         self.stream: _Unbuffered | None = None
@@ -362,6 +364,7 @@ class Session:
     # -- the writer thread ----------------------------------------------------------------
 
     def start(self) -> None:
+        self.header = self.header_of()
         if self.stream is not None:
             mcap = _mcap()
             compression = {
@@ -728,10 +731,17 @@ def check_outputs(recorder: Recorder, nodes: Sequence[Node]) -> None:
 
 
 def start_with_processes(
-    recorder: Recorder, *, net: Net, nodes: Sequence[Node], engine: Engine, processes: Processes, workers: int
+    recorder: Recorder,
+    *,
+    net: Net,
+    nodes: Sequence[Node],
+    engine: Engine,
+    processes: Processes,
+    workers: int,
+    seed: int,
 ) -> Session:
     """The recording of a run with processes, which have started (:ref:`record.processes`)."""
-    session = Session(recorder, net, nodes, engine, workers)
+    session = Session(recorder, net, nodes, engine, workers, seed)
     try:
         session.begin(processes)
     except BaseException:
@@ -826,7 +836,7 @@ def _channels(recorder: Recorder, nodes: Sequence[Node]) -> list[_Channel]:
 
 
 def _header(
-    net: Net, nodes: Sequence[Node], engine: Engine, workers: int, recorder: Recorder
+    net: Net, nodes: Sequence[Node], engine: Engine, workers: int, recorder: Recorder, seed: int
 ) -> dict[str, dict[str, str]]:
     """The metadata records written first: ``mujou`` and ``mujou.net``."""
     from .. import __version__
@@ -860,6 +870,7 @@ def _header(
             "python": platform.python_version(),
             "timer": "virtual" if engine.virtual else "real",
             "seed": json.dumps(seeds),
+            "run_seed": str(seed),
             "workers": str(workers),
             "state_every": "" if recorder._state_every is None else repr(recorder._state_every),
         },

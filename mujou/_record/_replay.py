@@ -142,6 +142,12 @@ class Replay:
 
     # -- mujou.run's side ------------------------------------------------------------------
 
+    def _recorded_seed(self) -> int | None:
+        """The recorded run's seed (its ``mujou`` record's ``run_seed``), or None where the
+        file does not say (a recording of a Mujou without run seeds)."""
+        text = self.recording.metadata.get("run_seed", "")
+        return int(text) if text.isdigit() else None
+
     def _state(self, state: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         """The state tree the run starts from: the keyframe of ``start``, or ``state``."""
         if self.start is None:
