@@ -179,7 +179,9 @@ def run(
             if problems:
                 raise ValueError(mismatch_message(problems))
         if wanted is not None:
-            recording = _recording.Session(wanted, net, nodes, engine, workers, chosen_seed)  # opens the file
+            recording = _recording.Session(
+                wanted, net, nodes, engine, workers, seed=chosen_seed
+            )  # opens the file
         engine.claim()
         forget_messages(nodes)
         seed_nodes(nodes, chosen_seed)  # the run owns the nodes now, and no hook has run

@@ -253,7 +253,7 @@ class Session:
     """One run's recording: the channels, the queue, the writer thread, the keyframes."""
 
     def __init__(
-        self, recorder: Recorder, net: Net, nodes: Sequence[Node], engine: Engine, workers: int, seed: int
+        self, recorder: Recorder, net: Net, nodes: Sequence[Node], engine: Engine, workers: int, *, seed: int
     ) -> None:
         if recorder._session is not None:
             raise RuntimeError("this mujou.Recorder has recorded a run already; a recorder records one run")
@@ -284,7 +284,7 @@ class Session:
         self.start_time = engine.time()
         self.keyframe_n = 0
         # The header is written by start(), once the run has seeded its nodes (threads.derived-seed).
-        self.header_of = functools.partial(_header, net, nodes, engine, workers, recorder, seed)
+        self.header_of = functools.partial(_header, net, nodes, engine, workers, recorder, seed=seed)
         self.header: dict[str, dict[str, str]] = {}
         self.unwatch: list[Callable[[], None]] = []
         self.writer: Any = None
@@ -741,7 +741,7 @@ def start_with_processes(
     seed: int,
 ) -> Session:
     """The recording of a run with processes, which have started (:ref:`record.processes`)."""
-    session = Session(recorder, net, nodes, engine, workers, seed)
+    session = Session(recorder, net, nodes, engine, workers, seed=seed)
     try:
         session.begin(processes)
     except BaseException:
@@ -836,7 +836,7 @@ def _channels(recorder: Recorder, nodes: Sequence[Node]) -> list[_Channel]:
 
 
 def _header(
-    net: Net, nodes: Sequence[Node], engine: Engine, workers: int, recorder: Recorder, seed: int
+    net: Net, nodes: Sequence[Node], engine: Engine, workers: int, recorder: Recorder, *, seed: int
 ) -> dict[str, dict[str, str]]:
     """The metadata records written first: ``mujou`` and ``mujou.net``."""
     from .. import __version__
