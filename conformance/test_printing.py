@@ -237,3 +237,9 @@ def test_durations_carry_their_unit() -> None:
     lines = str(stats).splitlines()
     assert lines[2].split() == ["n", "1", "0", "12.3", "µs", "1.50", "ms", "0", "2.500", "s", "-"]
     assert lines[3:] == ["", "no workers: every node has a thread of its own"]
+    lost = mujou.RunStats(time=1.0, workers=0, nodes={"n": node}, worker_busy=(), lost=3)
+    assert (
+        str(lost).splitlines()[0]
+        == "RunStats at t=1.000 s: 1 node, 0 workers, 3 messages lost by the recording"
+    )
+    assert repr(lost) == "<RunStats t=1.000 s: 1 node, 0 workers, 3 messages lost by the recording>"

@@ -71,7 +71,8 @@ class RunStats:
 
     def _heading(self) -> str:
         nodes, workers = _count(len(self.nodes), "node"), _count(self.workers, "worker")
-        return f"t={self.time:.3f} s: {nodes}, {workers}"
+        lost = f", {_count(self.lost, 'message')} lost by the recording" if self.lost else ""
+        return f"t={self.time:.3f} s: {nodes}, {workers}{lost}"
 
     def __str__(self) -> str:
         """The table: a row per node (updates, skipped, lateness, busy, coalesced), per worker."""
