@@ -341,7 +341,11 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The camera net recorded (and its final state tree), and the same net with a camera that
     has a depth output too."""
     folder = tmp_path_factory.mktemp("replay")
-    paths: dict[str, Any] = {"camera": folder / "camera.mcap", "depth": folder / "depth.mcap"}
+    paths: dict[str, Any] = {
+        "camera": folder / "camera.mcap",
+        "depth": folder / "depth.mcap",
+        "no depth": folder / "no-depth.mcap",
+    }
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # as conftest's fixture does for each test, which runs after this
     try:
@@ -352,6 +356,13 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             mujou.run(net, timer=vt(), workers=1, record=mujou.Recorder(paths["depth"])) as run,
         ):
             run.sleep(0.05)
+        net = Pipeline(CameraWithDepth())
+        chosen = ["camera.frame", "detector.boxes"]  # camera.depth left out
+        with (
+            hang_guard(HANG_GUARD),
+            mujou.run(net, timer=vt(), workers=1, record=mujou.Recorder(paths["no depth"], outputs=chosen)),
+        ):
+            pass
     finally:
         torch.set_num_threads(before)
     return paths
@@ -371,6 +382,10 @@ MISMATCHES = {
         r"^the recording does not fit the net: the recording's port\(s\) 'camera\.depth' are not "
         r"outputs of node 'camera'$"
     ),
+    "left out": (
+        r"^the recording does not fit the net: output\(s\) 'camera\.depth' of node 'camera' were "
+        r"left out of the recording \(Recorder\(outputs=\)\); a replaced node's outputs must all be recorded$"
+    ),
     "rate": r"^Replay rate=2\.0 is for the real-time timer",
     "both": r"^give the replay's first state either as Replay\(start=\)",
 }
@@ -384,11 +399,17 @@ def test_a_replay_that_does_not_fit_is_refused_before_any_node_starts(
     """> Before any node starts, `mujou.run` raises `ValueError` when a name in `nodes` is not
     a node of the net (the message lists its nodes); when an output of a replaced node is not
     in the recording, a port the recording holds for a replaced node is not one of its
-    outputs, or a port declared with a dtype was recorded with another [...]; when `rate` is
+    outputs, a port declared with a dtype was recorded with another, or an output of a replaced
+    node was left out by `Recorder(outputs=)` [...]; when `rate` is
     not `1.0` under the virtual timer [...] and when both `Replay(start=)` and `state=` are
     given."""
-    recording = opened(recordings["depth" if case == "extra" else "camera"])
-    cameras: dict[str, Camera] = {"dtype": CameraOf64(), "missing": CameraWithDepth()}
+    files = {"extra": "depth", "left out": "no depth"}
+    recording = opened(recordings[files.get(case, "camera")])
+    cameras: dict[str, Camera] = {
+        "dtype": CameraOf64(),
+        "missing": CameraWithDepth(),
+        "left out": CameraWithDepth(),
+    }
     net = Pipeline(cameras.get(case))
     nodes = ["camara" if case == "unknown" else "camera"]
     rate = 2.0 if case == "rate" else 1.0

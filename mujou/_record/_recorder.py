@@ -365,6 +365,9 @@ class Session:
 
     def start(self) -> None:
         self.header = self.header_of()
+        # The outputs chosen, whether or not they send: a replay tells a port left out of the
+        # recording from one that sent nothing (replay.mismatch).
+        self.header["mujou"]["outputs"] = json.dumps([channel.name for channel in self.channels])
         if self.stream is not None:
             mcap = _mcap()
             compression = {

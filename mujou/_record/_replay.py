@@ -23,6 +23,7 @@ moves ``rate`` recording seconds per timer second and can be paused and moved (`
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -66,6 +67,17 @@ def recorded_outputs(recording: Recording) -> set[str]:
             if isinstance(port, Mapping) and port.get("kind") == "output":
                 found.add(f"{node.get('name')}.{port.get('name')}")
     return found
+
+
+def recorded_choice(recording: Recording) -> set[str] | None:
+    """The outputs the recording was asked to record (its ``mujou`` record's ``outputs``),
+    whether or not they sent; None where the file does not say."""
+    text = recording.metadata.get("outputs", "")
+    try:
+        names = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else None
 
 
 @final
@@ -188,6 +200,7 @@ class Replay:
                 )
         recorded = dict(self.recording.ports)
         known = recorded_outputs(self.recording)
+        chosen = recorded_choice(self.recording)
         problems: list[str] = []
         for name in self.nodes:
             outputs = {
@@ -199,6 +212,14 @@ class Replay:
             if missing:
                 problems.append(
                     f"output(s) {', '.join(map(repr, missing))} of node {name!r} are not in the recording"
+                )
+            left_out = [
+                port for port in outputs if chosen is not None and port in known and port not in chosen
+            ]
+            if left_out:
+                problems.append(
+                    f"output(s) {', '.join(map(repr, left_out))} of node {name!r} were left out of the "
+                    "recording (Recorder(outputs=)); a replaced node's outputs must all be recorded"
                 )
             if extra:
                 problems.append(
