@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._trace_view import TraceView, chosen_flows, quantile, timeline
+from ._trace_data import TraceView, chosen_flows, quantile, timeline
 
 INSTALL = "pip install mujou[plot]"
 
