@@ -39,7 +39,7 @@ TITLES = {"en": "Mujou documentation", "ja": "Mujou ドキュメント"}
 
 def _version() -> str:
     """``mujou.__version__``, read from the source as pyproject.toml reads it (without torch)."""
-    tree = ast.parse((REPO / "mujou" / "__init__.py").read_text(encoding="utf-8"))
+    tree = ast.parse((REPO / "mujou" / "_version.py").read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == "__version__" for target in node.targets
@@ -47,7 +47,7 @@ def _version() -> str:
             value = ast.literal_eval(node.value)
             if isinstance(value, str):
                 return value
-    raise ConfigError("mujou/__init__.py has no __version__ = '...'")
+    raise ConfigError("mujou/_version.py has no __version__ = '...'")
 
 
 release = version = _version()

@@ -41,10 +41,7 @@ from ._trace_view import plot_trace as plot_trace
 from ._trigger import Trigger as Trigger
 from ._trigger import on as on
 from ._trigger import on_all as on_all
-
-#: The version of Mujou (PEP 440). The one place it is written: the package metadata
-#: (pyproject.toml), the docs and ``python -m mujou --version`` take it from here.
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "GlobalRandomWarning",

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from . import __version__
 from ._cpus import affinity_cpus, default_workers, gil_enabled, physical_cores, quota_cpus, usable_cpus
 from ._record import _cli as record_cli
 from ._trace_view import add_trace_command, trace_command
+from ._version import __version__
 
 PROG = "python -m mujou"
 

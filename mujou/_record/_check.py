@@ -7,15 +7,32 @@ by name (``"node.port"``), period, and, where the port declares them, kind, dtyp
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .._net import Net
 from .._node import Node
 from .._ports import Output
 from .._specs import TensorSpec
 
-if TYPE_CHECKING:
-    from ._reader import RecordedPort
+
+class RecordedPort(Protocol):
+    """What the check reads of a recorded port (``mujou.RecordedPort``, which the reader makes:
+    named by its shape here, so that this module does not import the reader that calls it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def port(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...] | None: ...
+    @property
+    def period(self) -> float | None: ...
 
 
 def mismatches(recorded: Mapping[str, RecordedPort], net: Net, nodes: Iterable[Node] | None) -> list[str]:

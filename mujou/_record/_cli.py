@@ -10,8 +10,8 @@ import argparse
 import sys
 import warnings
 
-from .. import __version__
 from .._errors import MujouWarning
+from .._version import __version__
 from ._reader import Recording
 
 SHOWN_KEYFRAMES = 8  # the keyframe times listed at most; the count is always given

@@ -210,7 +210,7 @@ class Recording:
                 TruncatedRecordingWarning,
                 stacklevel=3,
             )
-        from .. import __version__
+        from .._version import __version__
 
         version = self.metadata.get("version", "")
         if version != __version__:
