@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ._node import Node, is_initialized
 from ._ports import Input, Output
-from ._specs import ANY, SpecTree, TensorSpec
+from ._specs import SpecTree, TensorSpec, describe
 
 if TYPE_CHECKING:
     from ._net import Branch
@@ -104,24 +104,13 @@ def _seconds(value: float) -> str:
 
 def brief(tree: SpecTree) -> str:
     """A declaration in a few characters: ``float32[?, 3]``, ``Pose(position=float32[3], ok=bool)``."""
-    if isinstance(tree, TensorSpec):
-        dtype = "tensor" if tree.dtype is None else str(tree.dtype).removeprefix("torch.")
-        if tree.shape is None:
-            return dtype
-        return f"{dtype}[{', '.join('?' if size is None else str(size) for size in tree.shape)}]"
-    if tree is ANY:
-        return "any"
-    if tree is None:
-        return "None"
-    if isinstance(tree, type):
-        return tree.__name__
-    kind = tree[0]
-    if kind == "dict":
-        return "{" + ", ".join(f"{k!r}: {brief(c)}" for k, c in zip(tree[1], tree[2], strict=True)) + "}"
-    if kind == "list":
-        return "[" + ", ".join(brief(c) for c in tree[1]) + "]"
-    if kind == "tuple":
-        items = [brief(c) for c in tree[1]]
-        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    fields = ", ".join(f"{n}={brief(c)}" for n, c in zip(tree[2], tree[3], strict=True))
-    return f"{tree[1].__name__}({fields})"
+    return describe(tree, _brief_leaf)
+
+
+def _brief_leaf(leaf: object) -> str:
+    if not isinstance(leaf, TensorSpec):
+        return "any"  # ANY, the only other leaf describe hands over
+    dtype = "tensor" if leaf.dtype is None else str(leaf.dtype).removeprefix("torch.")
+    if leaf.shape is None:
+        return dtype
+    return f"{dtype}[{', '.join('?' if size is None else str(size) for size in leaf.shape)}]"

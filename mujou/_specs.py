@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, cast, final
 
 import optree
@@ -261,23 +261,28 @@ def _leaf_matches(check: object, value: object) -> bool:
     return type(value) is check
 
 
-def describe(tree: SpecTree) -> str:
-    """A declaration as a person reads it, e.g. ``{'pose': TensorSpec(...), 'ok': bool}``."""
+def describe(tree: SpecTree, leaf: Callable[[object], str] = repr) -> str:
+    """A declaration as a person reads it, e.g. ``{'pose': TensorSpec(...), 'ok': bool}``;
+    ``leaf`` writes each ``TensorSpec`` and ``ANY`` in it (``repr`` by default)."""
     if isinstance(tree, TensorSpec) or tree is ANY:
-        return repr(tree)
+        return leaf(tree)
     if tree is None:
         return "None"
     if isinstance(tree, type):
         return tree.__name__
     kind = tree[0]
     if kind == "dict":
-        return "{" + ", ".join(f"{k!r}: {describe(c)}" for k, c in zip(tree[1], tree[2], strict=True)) + "}"
+        return (
+            "{"
+            + ", ".join(f"{k!r}: {describe(c, leaf)}" for k, c in zip(tree[1], tree[2], strict=True))
+            + "}"
+        )
     if kind == "list":
-        return "[" + ", ".join(describe(c) for c in tree[1]) + "]"
+        return "[" + ", ".join(describe(c, leaf) for c in tree[1]) + "]"
     if kind == "tuple":
-        items = [describe(c) for c in tree[1]]
+        items = [describe(c, leaf) for c in tree[1]]
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    fields = ", ".join(f"{n}={describe(c)}" for n, c in zip(tree[2], tree[3], strict=True))
+    fields = ", ".join(f"{n}={describe(c, leaf)}" for n, c in zip(tree[2], tree[3], strict=True))
     return f"{tree[1].__name__}({fields})"
 
 
