@@ -30,12 +30,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import os
 import re
 import secrets
 import socket
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from ._numbers import shown
@@ -84,6 +86,27 @@ def reworded(exc: OSError, text: str) -> OSError:
     if exc.errno is None:
         return type(exc)(f"{text}: {reason}")
     return OSError(exc.errno, f"{text}: {reason}")
+
+
+@contextlib.contextmanager
+def written(target: Path, where: str) -> Iterator[io.BufferedWriter]:
+    """A binary file that becomes ``target`` whole when the block ends, flushed to the disk, or
+    is removed when the block raises (an OSError then reads ``[Errno N] WHERE: REASON``)."""
+    try:
+        temporary = Temporary(target)
+    except OSError as exc:
+        raise reworded(exc, where) from exc
+    try:
+        with os.fdopen(temporary.handle, "wb") as file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+        temporary.commit()
+    except BaseException as exc:
+        temporary.discard()
+        if isinstance(exc, OSError):
+            raise reworded(exc, where) from exc
+        raise
 
 
 class Temporary:

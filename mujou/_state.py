@@ -18,7 +18,7 @@ import torch
 
 from ._contents import ALLOWED, digest, problems, type_name
 from ._errors import StateFileError
-from ._files import Temporary, file_path, reworded
+from ._files import file_path, written
 
 _CPU = torch.device("cpu")
 
@@ -94,22 +94,8 @@ def save(tree: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
     if found:
         raise TypeError(_values_message(found))
     entry = _file_entry(body)
-    where = f"cannot write the state file {str(target)!r}"
-    try:
-        temporary = Temporary(target)
-    except OSError as exc:
-        raise reworded(exc, where) from exc
-    try:
-        with os.fdopen(temporary.handle, "wb") as file:
-            torch.save({**body, FILE_KEY: entry}, file)
-            file.flush()
-            os.fsync(file.fileno())
-        temporary.commit()
-    except BaseException as exc:
-        temporary.discard()
-        if isinstance(exc, OSError):
-            raise reworded(exc, where) from exc
-        raise
+    with written(target, f"cannot write the state file {str(target)!r}") as file:
+        torch.save({**body, FILE_KEY: entry}, file)
 
 
 def _file_entry(body: Mapping[str, Any]) -> dict[str, Any]:

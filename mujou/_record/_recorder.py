@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, final
 import torch
 
 from .._errors import MujouInternalError
-from .._files import Temporary, file_path, reworded
+from .._files import file_path, reworded, written
 from .._messages import cpu_tensor_copy
 from .._numbers import shown
 from .._state import dumps
@@ -369,19 +369,23 @@ class Session:
         # recording from one that sent nothing (replay.mismatch).
         self.header["mujou"]["outputs"] = json.dumps([channel.name for channel in self.channels])
         if self.stream is not None:
-            mcap = _mcap()
-            compression = {
-                "zstd": mcap.CompressionType.ZSTD,
-                "lz4": mcap.CompressionType.LZ4,
-                None: mcap.CompressionType.NONE,
-            }[self.recorder._compression]
-            self.writer = mcap.Writer(
-                self.stream, chunk_size=self.recorder._chunk_size, compression=compression
-            )
-            self.writer.start(profile="mujou", library=f"mujou {self.header['mujou']['version']}")
-            for name, values in self.header.items():
-                self.writer.add_metadata(name, values)
+            self.writer = self._new_writer(self.stream)
         self.thread.start()
+
+    def _new_writer(self, stream: Any) -> Any:
+        """An ``mcap`` writer on ``stream`` with the recorder's chunks and compression, started,
+        the header's metadata records written."""
+        mcap = _mcap()
+        compression = {
+            "zstd": mcap.CompressionType.ZSTD,
+            "lz4": mcap.CompressionType.LZ4,
+            None: mcap.CompressionType.NONE,
+        }[self.recorder._compression]
+        writer = mcap.Writer(stream, chunk_size=self.recorder._chunk_size, compression=compression)
+        writer.start(profile="mujou", library=f"mujou {self.header['mujou']['version']}")
+        for name, values in self.header.items():
+            writer.add_metadata(name, values)
+        return writer
 
     def _main(self) -> None:
         try:
@@ -676,44 +680,21 @@ class Session:
             keyframes = list(self.kept.keyframes)
             channels = list(self.kept_channels)
         _trim(keyframes, messages)
-        mcap = _mcap()
-        where = f"cannot write the recording {str(target)!r}"
-        try:
-            temporary = Temporary(target)
-        except OSError as exc:
-            raise reworded(exc, where) from exc
-        try:
-            with os.fdopen(temporary.handle, "wb") as stream:
-                compression = {
-                    "zstd": mcap.CompressionType.ZSTD,
-                    "lz4": mcap.CompressionType.LZ4,
-                    None: mcap.CompressionType.NONE,
-                }[self.recorder._compression]
-                writer = mcap.Writer(stream, chunk_size=self.recorder._chunk_size, compression=compression)
-                writer.start(profile="mujou", library=f"mujou {self.header['mujou']['version']}")
-                for name, values in self.header.items():
-                    writer.add_metadata(name, values)
-                ids: dict[int, int] = {}
-                schemas: dict[object, int] = {}
-                for n, (channel_id, channel, plan, metadata) in enumerate(channels, 1):
-                    ids[channel_id] = n
-                    self._write_channel(
-                        writer, channel_id=n, channel=channel, plan=plan, metadata=metadata, schemas=schemas
-                    )
-                for time_ns, data in keyframes:
-                    writer.add_attachment(time.time_ns(), time_ns, f"state/{time_ns}", STATE_MEDIA_TYPE, data)
-                for channel_id, time_ns, microstep, data in messages:
-                    writer.add_message(ids[channel_id], time_ns, data, time_ns, microstep)
-                writer.add_metadata("mujou.end", self._end_record(len(messages)))
-                writer.finish()
-                stream.flush()
-                os.fsync(stream.fileno())
-            temporary.commit()
-        except BaseException as exc:
-            temporary.discard()
-            if isinstance(exc, OSError):
-                raise reworded(exc, where) from exc
-            raise
+        with written(target, f"cannot write the recording {str(target)!r}") as stream:
+            writer = self._new_writer(stream)
+            ids: dict[int, int] = {}
+            schemas: dict[object, int] = {}
+            for n, (channel_id, channel, plan, metadata) in enumerate(channels, 1):
+                ids[channel_id] = n
+                self._write_channel(
+                    writer, channel_id=n, channel=channel, plan=plan, metadata=metadata, schemas=schemas
+                )
+            for time_ns, data in keyframes:
+                writer.add_attachment(time.time_ns(), time_ns, f"state/{time_ns}", STATE_MEDIA_TYPE, data)
+            for channel_id, time_ns, microstep, data in messages:
+                writer.add_message(ids[channel_id], time_ns, data, time_ns, microstep)
+            writer.add_metadata("mujou.end", self._end_record(len(messages)))
+            writer.finish()
 
 
 def _trim(
@@ -842,8 +823,8 @@ def _header(
     net: Net, nodes: Sequence[Node], engine: Engine, workers: int, recorder: Recorder, *, seed: int
 ) -> dict[str, dict[str, str]]:
     """The metadata records written first: ``mujou`` and ``mujou.net``."""
-    from .. import __version__
     from .._ports import Input, Output
+    from .._version import __version__
 
     structure: dict[str, Any] = {"net": type(net).__qualname__, "nodes": [], "edges": []}
     for node in nodes:
