@@ -106,8 +106,11 @@ def main() -> None:
             run.sleep(max(0.0, 0.5 * step - run.time))  # until the next half second
             recent = errors.drain()  # every error the actor sent since the last drain
             steps = run.stats().nodes["learner"].updates
-            mean = torch.stack(recent).mean().item() if recent else float("nan")
-            print(f"{run.time:4.1f} s   {steps:13d}   {mean:.4f}  {'#' * min(60, round(100 * mean))}")
+            if recent:
+                mean = torch.stack(recent).mean().item()
+                print(f"{run.time:4.1f} s   {steps:13d}   {mean:.4f}  {'#' * min(60, round(100 * mean))}")
+            else:  # the actor sent nothing in this half second (a machine busy elsewhere)
+                print(f"{run.time:4.1f} s   {steps:13d}   nan")
 
 
 if __name__ == "__main__":
