@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -150,3 +151,17 @@ def is_dead(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return status.rsplit(")", 1)[1].split()[0] in {"Z", "X"}
+
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+"""The checkout these tests belong to."""
+
+
+def checkout_environ(*, quiet: bool = False) -> dict[str, str]:
+    """``os.environ`` for a child Python that imports this checkout's mujou (first on
+    ``PYTHONPATH``); ``quiet``: with ``PYTHONWARNINGS=ignore`` (torch's own warnings on import)."""
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), *filter(None, [environ.get("PYTHONPATH")])])
+    if quiet:
+        environ["PYTHONWARNINGS"] = "ignore"
+    return environ

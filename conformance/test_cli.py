@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from _support import checkout_environ
 
 import mujou
 
@@ -31,9 +31,7 @@ PEP_440 = re.compile(
 
 def python_m_mujou(*args: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m mujou ARGS`` with this checkout's mujou and return its result."""
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [environ.get("PYTHONPATH")])])
-    environ["PYTHONWARNINGS"] = "ignore"  # torch's own warning on import where numpy is missing
+    environ = checkout_environ(quiet=True)  # torch's own warnings on import
     return subprocess.run(
         [sys.executable, "-m", "mujou", *args],
         capture_output=True,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -37,12 +36,10 @@ from typing import Any
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, Drawer, Plain, vt
+from _support import HANG_GUARD, Bag, Drawer, Plain, checkout_environ, vt
 
 import mujou
 from mujou import Input, Node, Output
-
-REPO_ROOT = Path(mujou.__file__).resolve().parent.parent
 
 HAS_CUDA = torch.cuda.is_available()
 GPUS = torch.cuda.device_count() if HAS_CUDA else 0
@@ -173,8 +170,7 @@ def memcpy_trace(path: Path) -> Iterator[Counter[str]]:
 
 def run_script(code: str) -> str:
     """Run ``code`` in a fresh Python process (Mujou importable); return its last output line."""
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [environ.get("PYTHONPATH")])])
+    environ = checkout_environ()
     result = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

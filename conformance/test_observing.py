@@ -35,12 +35,11 @@ from typing import Any
 
 import pytest
 import torch
+from _support import checkout_environ
 from torch.profiler import ProfilerActivity, profile
 
 import mujou
 from mujou import Net, Node, Output
-
-REPO_ROOT = Path(mujou.__file__).resolve().parent.parent
 
 # A guard against a hang (a bug), never a timing assertion.
 HANG = 30.0
@@ -773,9 +772,7 @@ INFO_KEYS: dict[str, type | tuple[type, ...]] = {
 
 def python_m_mujou(*args: str, cpus: set[int] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m mujou ARGS`` (on the CPUs ``cpus`` when given) and return its result."""
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [environ.get("PYTHONPATH")])])
-    environ["PYTHONWARNINGS"] = "ignore"
+    environ = checkout_environ(quiet=True)  # torch's own warnings on import
     if cpus is None:
         command = [sys.executable, "-m", "mujou", *args]
     else:  # the same as -m, after narrowing the affinity
@@ -973,8 +970,7 @@ def test_progress_on_a_terminal_replaces_the_line() -> None:
     A child process writes its stderr to a pseudo-terminal; once the parent has read one
     progress line there, it lets the child end its run, which prints the last line."""
     master, slave = os.openpty()
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [environ.get("PYTHONPATH")])])
+    environ = checkout_environ()
     child = subprocess.Popen(
         [sys.executable, "-c", _PTY_CHILD],
         stdin=subprocess.PIPE,

@@ -7,15 +7,14 @@ user runs it), bounded by a timeout, and checks what it printed and its exit sta
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from _support import checkout_environ
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 180.0  # seconds; a new interpreter imports torch, the run's process too (busy machine)
 
 NODES = textwrap.dedent(
@@ -64,9 +63,7 @@ RUN = textwrap.dedent(
 
 def python(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python ARGS`` in ``cwd`` with this checkout's mujou; its result."""
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [environ.get("PYTHONPATH")])])
-    environ["PYTHONWARNINGS"] = "ignore"  # torch's own warnings on import, OversubscriptionWarning
+    environ = checkout_environ(quiet=True)  # torch's own warnings on import
     return subprocess.run(
         [sys.executable, *args],
         input=stdin,

@@ -25,12 +25,10 @@ from typing import Any
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, DtRecorder, Plain, vt, wait_until
+from _support import HANG_GUARD, Bag, DtRecorder, Plain, checkout_environ, vt, wait_until
 
 import mujou
 from mujou import Input, Net, Node, Output
-
-REPO_ROOT = Path(mujou.__file__).resolve().parent.parent
 
 
 def mujou_threads(prefix: str = "mujou-") -> list[str]:
@@ -378,8 +376,7 @@ with mujou.run(Many(), timer=mujou.VirtualTimer()) as run:
 
 def _workers_in_subprocess(cpus: set[int], env: dict[str, str] | None = None) -> int:
     code = _SUBPROCESS.format(CPUS=sorted(cpus))
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [environ.get("PYTHONPATH")])])
+    environ = checkout_environ()
     environ.update(env or {})
     result = subprocess.run(
         [sys.executable, "-c", code],

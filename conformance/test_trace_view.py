@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _support import HANG_GUARD, hang_guard
+from _support import HANG_GUARD, checkout_environ, hang_guard
 
 import mujou
 from mujou import Input, Net, Node, Output
@@ -102,9 +102,7 @@ print(json.dumps(results))
 def commands(*argvs: list[str], blocked: str | None = None) -> list[tuple[int, str, str]]:
     """Run ``python -m mujou ARGV`` for each ``ARGV``, in one child process with this checkout
     (and ``blocked`` made unimportable), as a user runs it: (exit status, stdout, stderr) each."""
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [environ.get("PYTHONPATH")])])
-    environ["PYTHONWARNINGS"] = "ignore"  # torch's own warning on import where numpy is missing
+    environ = checkout_environ(quiet=True)  # torch's own warnings on import
     done = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps([blocked, argvs])],
         capture_output=True,
