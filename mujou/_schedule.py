@@ -117,6 +117,18 @@ class DueQueue:
         bucket.reverse()
         return bucket
 
+    def pop_until(self, time: float) -> list[int]:
+        """Remove the nodes due at or before ``time`` (at least those due earliest; the queue
+        must not be empty), in the order they are due: earliest first, equal due times in
+        registration order. Returns their indices with the first last, ready to ``pop()``.
+        """
+        dues, buckets = self.dues, self._buckets
+        taken = buckets.pop(heappop(dues))
+        while dues and dues[0] <= time:
+            taken += buckets.pop(heappop(dues))
+        taken.reverse()
+        return taken
+
     def next_due(self) -> float:
         """The earliest due time, or infinity when the queue is empty."""
         return self.dues[0] if self.dues else math.inf

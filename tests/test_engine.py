@@ -15,7 +15,7 @@ import torch
 
 import mujou
 from mujou import Net, Node
-from mujou._engine import _threads
+from mujou._engine import _threads, _update
 
 HANG = 30.0
 
@@ -52,15 +52,17 @@ def torch_one_thread() -> Iterator[None]:
 
 
 def fail_on(monkeypatch: pytest.MonkeyPatch, name: str, node: str) -> RuntimeError:
-    """Make ``_threads.begin_update`` raise for ``node``'s third update (a bug in Mujou)."""
+    """Make ``begin_update`` raise for ``node``'s third update (a bug in Mujou): a worker's
+    (``_update``) and a dedicated thread's (``_threads``)."""
     planted = RuntimeError("planted")
-    real = _threads.begin_update  # type: ignore[attr-defined]  # imported there, not exported
+    real = _update.begin_update
 
     def begin_update(slot: Any, start: float, traced: bool) -> float:
         if slot.name == node and slot.updates == 2:
             raise planted
         return real(slot, start, traced)
 
+    monkeypatch.setattr(_update, name, begin_update)
     monkeypatch.setattr(_threads, name, begin_update)
     return planted
 

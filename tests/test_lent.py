@@ -18,7 +18,7 @@ import torch
 
 import mujou
 from mujou import Net, Node
-from mujou._engine import Engine, HookThread, _threads
+from mujou._engine import Engine, HookThread, _update
 
 HANG = 30.0
 
@@ -178,14 +178,14 @@ def test_a_fault_on_the_lent_worker_stops_the_run(monkeypatch: pytest.MonkeyPatc
     """An exception in Mujou's code on the lent worker: MujouInternalError, the other nodes
     still get on_stop, and the waits return (run.internal-error)."""
     planted = RuntimeError("planted")
-    real = _threads.begin_update  # type: ignore[attr-defined]  # imported there, not exported
+    real = _update.begin_update
 
     def begin_update(slot: Any, start: float, traced: bool) -> float:
         if slot.name == "a" and slot.updates == 2:
             raise planted
         return real(slot, start, traced)
 
-    monkeypatch.setattr(_threads, "begin_update", begin_update)
+    monkeypatch.setattr(_update, "begin_update", begin_update)
     net = Mixed()
     engine, _ = run_lent(net, 1.0, state=False)
     assert engine.ended

@@ -26,7 +26,8 @@ from mujou._engine._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATC
 from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
-from mujou._engine._slot import START, STATE, STOP, Job, Slot, begin_update
+from mujou._engine._slot import START, STATE, STOP, Job, Slot
+from mujou._engine._update import begin_update
 from mujou._ports import Input, Output
 
 STEPS = 3000  # steps of one random run before the stop
@@ -564,6 +565,28 @@ def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Pol
     policy.start_timer()
     policy.delivered()
     return policy
+
+
+def test_a_worker_takes_every_node_due_by_now_and_puts_back_the_rest_at_their_own_times() -> None:
+    """NOTE [ taking what is due ]: nodes due at three times, all by now, are one batch, the
+    earliest first; a pause after the first puts the others back each at its own due time."""
+    slots = [
+        triggered_slot(0, 0.02),
+        triggered_slot(1, 0.01),
+        triggered_slot(2, 0.03),
+        triggered_slot(3, 0.05),
+    ]
+    wire(slots)
+    policy = started_policy(slots, 1)
+    kind, batch = policy.next_for_worker(0, 0.035, 0.0)
+    assert kind == RUN and isinstance(batch, Batch)
+    assert batch.todo == [2, 0, 1] and batch.due == 0.01  # node 1 (0.01) first, node 3 later
+    begin_update(slots[batch.todo.pop()], 0.035, False)
+    batch.ran.append(slots[1])
+    policy.pause()
+    assert policy.next_for_worker(0, 0.036, 0.0)[0] == PARK
+    assert [slot.due for slot in slots] == [0.02, 0.04, 0.03, 0.05]
+    assert check(policy) == []  # each queued at its own due time
 
 
 def test_two_shared_batches_of_one_due_time_do_not_freeze_a_worker() -> None:

@@ -57,6 +57,17 @@ def test_queue_orders_by_due_then_registration() -> None:
     assert len(queue) == 0
 
 
+def test_queue_pops_every_node_due_by_a_time_in_due_order() -> None:
+    """pop_until(t): the first due time's nodes, and every later one's up to t, earliest due
+    first, then registration order (NOTE [ taking what is due ])."""
+    queue = DueQueue()
+    for due, index in [(0.03, 4), (0.02, 3), (0.01, 5), (0.02, 1), (0.01, 2), (0.04, 0)]:
+        queue.push(due, index)
+    assert queue.pop_until(0.0) == [5, 2]  # the first due time's, even before it is due
+    assert queue.pop_until(0.03) == [4, 3, 1]  # the first to run last
+    assert queue.next_due() == 0.04 and len(queue) == 1
+
+
 def test_queue_counts_the_nodes_due_by_a_time() -> None:
     queue = DueQueue()
     for index in range(6):

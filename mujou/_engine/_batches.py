@@ -37,7 +37,8 @@ _NOT_IDLE = -math.inf  # Workers.until of a worker that is not waiting
 
 
 class Batch:
-    """Worker updates taken together: worker nodes due at one time, run in registration order.
+    """Worker updates taken together: the worker nodes due when the worker took them, run in
+    the order they are due (equal due times in registration order).
 
     ``todo`` holds node indices, the next last: the worker that took the batch pops from it
     without the lock, and while the batch is ``shared`` another worker may pop from it under
@@ -45,13 +46,15 @@ class Batch:
     on every build, so each update runs once. ``ran`` holds the slots this worker ran. A
     ``held`` batch is taken but not started: kept, or taken early for a burst. The first
     ``handed`` of ``todo`` (at most) were handed off to it (Policy._hand_off): each is due at
-    its own time, the others at ``due``.
+    its own time, the others at ``due``, unless ``mixed``: then each at its own due time,
+    ``due`` the earliest (NOTE [ taking what is due ]).
     """
 
-    __slots__ = ("due", "failed", "handed", "held", "ran", "shared", "todo")
+    __slots__ = ("due", "failed", "handed", "held", "mixed", "ran", "shared", "todo")
 
     def __init__(self) -> None:
         self.due = math.inf
+        self.mixed = False
         self.todo: list[int] = []
         self.handed = 0
         self.ran: list[Slot] = []
@@ -218,7 +221,7 @@ class Workers:
                     self.wake_workers = 2
                     self.wake = True
             if other is None:
-                taken = self._take_queued(w, real)
+                taken = self._take_queued(w, real, now)
             else:
                 found = self._take_one(w, other, real)
                 if found is None:  # its worker took the last one meanwhile: other is empty now
@@ -293,11 +296,22 @@ class Workers:
                 due, found = first, batch
         return due, found
 
-    def _take_queued(self, w: int, real: float) -> Batch:
-        """Worker ``w`` takes every node due first in the queue."""
+    def _take_queued(self, w: int, real: float, now: float = -math.inf) -> Batch:
+        """Worker ``w`` takes every node due first in the queue, and those due by ``now``.
+
+        NOTE [ taking what is due ]: nodes of different periods, or late ones (a skip puts a
+        node on the first slot after its start), fall due at times of their own; taking only
+        those of the first due time made a saturated worker go back to the policy, with a
+        put-back and a take, after nearly every update. So a worker takes every node due by
+        the time it takes them, and runs them in the order they are due: the order is the
+        one they would have had taken one at a time (threads.earliest-due-first), and the
+        bookkeeping is paid once per batch.
+        """
         batch = self.batch[w]
-        batch.due = self.queue.dues[0]
-        batch.todo = todo = self.queue.pop_all()
+        queue = self.queue
+        batch.due = queue.dues[0]
+        batch.todo = todo = queue.pop_until(now)
+        batch.mixed = todo[0] != todo[-1] and self.slots[todo[0]].due != batch.due
         batch.handed = 0
         holder = self.holder
         mark = w + 1
@@ -318,7 +332,7 @@ class Workers:
         if other.todo:
             self._wake_idle(other.due)  # for the rest, in case both hooks block
         batch = self.batch[w]
-        batch.due, batch.todo, batch.handed = self.slots[index].due, [index], 0
+        batch.due, batch.todo, batch.handed, batch.mixed = self.slots[index].due, [index], 0, False
         return batch
 
     def _share(self, batch: Batch) -> bool:
@@ -374,18 +388,24 @@ class Workers:
                         come_back(slots[index])
                         push(slots[index].due, index)
                     del todo[:handed]
-                todo.reverse()
-                for index in [index for index in todo if slots[index].arrived]:
-                    come_back(slots[index])  # its update, still to come, reads what arrived
-                    if slots[index].due != batch.due:
-                        todo.remove(index)
+                if batch.mixed:  # each at its own due time (NOTE [ taking what is due ])
+                    for index in todo:
+                        come_back(slots[index])  # its update, still to come, reads what arrived
                         push(slots[index].due, index)
-                self.queue.push_all(batch.due, todo)
+                else:
+                    todo.reverse()
+                    for index in [index for index in todo if slots[index].arrived]:
+                        come_back(slots[index])  # its update, still to come, reads what arrived
+                        if slots[index].due != batch.due:
+                            todo.remove(index)
+                            push(slots[index].due, index)
+                    self.queue.push_all(batch.due, todo)
             if went_back and self.workers > 1 and self.queue.dues:  # none: all due never
                 self._wake_idle(self.queue.dues[0])
         ran.clear()
         todo.clear()
         batch.handed = 0
+        batch.mixed = False
         if self.busy == 0:
             self._quiet()
 
@@ -426,6 +446,7 @@ class Workers:
             todo.append(slot.index)
         batch.todo = todo
         batch.handed = 0
+        batch.mixed = False
         ran.clear()
         batch.due = due
         batch.held = True

@@ -31,7 +31,7 @@ _is_inference_mode_enabled = torch.is_inference_mode_enabled
 _initial_seed = torch.default_generator.initial_seed
 # torch.autograd.profiler's own flag, set by any thread's profiler (the C++ check is per
 # thread); .get() as it may not exist in every torch we support.
-_profiler_flags = vars(torch.autograd.profiler)
+profiler_flags = vars(torch.autograd.profiler)
 
 
 class HookThread(threading.Thread):
@@ -46,12 +46,12 @@ def in_hook_thread() -> bool:
 class Hooks:
     """Calls the hooks of a run's nodes and keeps the warnings they cause for the host."""
 
-    __slots__ = ("_seen_seed", "_slots", "_warnings", "trace")
+    __slots__ = ("_slots", "_warnings", "seen_seed", "trace")
 
     def __init__(self, slots: Sequence[Slot], trace: Recorder | None) -> None:
         self._slots = slots
         self.trace = trace
-        self._seen_seed = torch.initial_seed()
+        self.seen_seed = torch.initial_seed()
         self._warnings: deque[tuple[type[Warning], str]] = deque()
         for slot in slots:
             slot.core.hooks = self  # where a hook of the node queues a warning for the host
@@ -70,8 +70,8 @@ class Hooks:
         restore_host: Callable[[], None] | None = None
         grad = _is_grad_enabled()
         inference = _is_inference_mode_enabled()
-        if _initial_seed() != self._seen_seed:
-            self._observe_seed(None)
+        if _initial_seed() != self.seen_seed:
+            self.observe_seed(None)
         began = _perf_counter()
         try:
             if streams is not None:
@@ -80,13 +80,13 @@ class Hooks:
                 restore_host = streams.make_current(keep=not in_hook_thread())
                 if hook == "state_dict":
                     streams.wait()  # cuda.wait-state-dict: before, and after below
-            if _profiler_flags.get("_is_profiler_enabled", False):
+            if profiler_flags.get("_is_profiler_enabled", False):
                 with torch.profiler.record_function(f"{slot.name}.{hook}"):
                     result = core.context.run(fn, *args)
             else:
                 result = core.context.run(fn, *args)
             if core.reads:
-                _check_reads(slot, hook)
+                check_reads(slot, hook)
             if streams is not None:
                 streams.wait()  # cuda.wait-after-update (and after a restore, and state_dict)
             return result, None
@@ -111,20 +111,20 @@ class Hooks:
                 if (
                     _is_grad_enabled() != grad
                     or _is_inference_mode_enabled() != inference
-                    or _initial_seed() != self._seen_seed
+                    or _initial_seed() != self.seen_seed
                 ):
-                    self._check_settings(slot, hook, grad, inference)
+                    self.check_settings(slot, hook, grad, inference)
 
-    def _check_settings(self, slot: Slot, hook: str, grad: bool, inference: bool) -> None:
+    def check_settings(self, slot: Slot, hook: str, grad: bool, inference: bool) -> None:
         """After a hook: warn of the per-thread settings it changed, and notice a new seed."""
         if _is_grad_enabled() != grad:
             self._warn_setting(slot, hook, "grad mode", "torch.no_grad()")
         if _is_inference_mode_enabled() != inference:
             self._warn_setting(slot, hook, "inference mode", "torch.inference_mode()")
-        if _initial_seed() != self._seen_seed:
-            self._observe_seed((slot, hook))
+        if _initial_seed() != self.seen_seed:
+            self.observe_seed((slot, hook))
 
-    def _observe_seed(self, ended: tuple[Slot, str] | None) -> None:
+    def observe_seed(self, ended: tuple[Slot, str] | None) -> None:
         """Notice a change of torch's global seed, and name the hooks that may have made it.
 
         Called at the start of each hook (``ended`` None) and at its end. A change is pinned
@@ -132,9 +132,9 @@ class Hooks:
         instead; a change first seen at a start while no hook runs was the host's.
         """
         seed = torch.initial_seed()
-        if seed == self._seen_seed:
+        if seed == self.seen_seed:
             return
-        self._seen_seed = seed
+        self.seen_seed = seed
         suspects = [] if ended is None else [ended]
         suspects += [(other, other.hook) for other in self.in_hooks()]  # ended has left
         if not suspects:
@@ -195,7 +195,7 @@ class Hooks:
         return "" if slot is None else f" of node {slot.name!r} ({slot.hook})"
 
 
-def _check_reads(slot: Slot, hook: str) -> None:
+def check_reads(slot: Slot, hook: str) -> None:
     for port, message, version in slot.core.reads:
         if message._version != version:
             raise RuntimeError(

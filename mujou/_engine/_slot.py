@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._ports import Input
-from .._schedule import next_slot
-from .._stats import LATENESS_WINDOW
 from ._arrivals import arrivals_due
 
 if TYPE_CHECKING:
@@ -170,58 +168,3 @@ def come_back(slot: Slot) -> None:
         due = arrivals_due(slot)
         if due < slot.due:
             slot.due = due
-
-
-def begin_update(slot: Slot, start: float, traced: bool) -> float:
-    """``slot``'s update starts at ``start``: its statistics and its next due time
-    (sched.fixed-rate, sched.skip); returns its dt.
-
-    Called by the thread holding the node, without the lock: that thread alone touches these.
-    """
-    period = slot.period
-    lateness = start - slot.due
-    periodic = slot.slot * period  # the due time of its next periodic update
-    if slot.due < periodic and start < periodic:
-        due = periodic  # a triggered update, ahead of the periodic one: that one stays due
-    else:
-        following = slot.slot + 1
-        due = following * period  # due_time(following, period), inlined
-        if due < start:  # more than a period late: skip (sched.skip)
-            following, skipped = next_slot(slot.slot, period, start)
-            slot.skipped += skipped
-            due = following * period
-        slot.slot = following
-    slot.due = due
-    dt = start - slot.last
-    slot.last = start
-    done = slot.updates
-    slot.updates = done + 1
-    slot.dt_sum += dt
-    if dt < slot.dt_min:
-        slot.dt_min = dt
-    if dt > slot.dt_max:
-        slot.dt_max = dt
-    if lateness > slot.lateness_max:
-        slot.lateness_max = lateness
-    if done < LATENESS_WINDOW:
-        slot.lateness.append(lateness)
-    else:
-        slot.lateness[done % LATENESS_WINDOW] = lateness
-    if traced:
-        flows = slot.flows_in
-        if flows:  # appended to under the lock: an arrival meanwhile stays for the next update
-            taken = flows[:]
-            del flows[: len(taken)]
-            slot.now = (start, dt, lateness, taken)
-        else:
-            slot.now = (start, dt, lateness, None)
-    for port in slot.inputs:  # Input.fresh: the number of the latest message at this start
-        source = port._source
-        latest = (port if source is None else source)._latest
-        seen = port._seen_before = port._seen
-        number = port._seen = 0 if latest is None else latest[4]
-        if number - seen > 1:  # arrivals no update saw fresh (trigger.coalesce)
-            replaced = number - max(seen, port._base) - 1
-            if replaced > 0:
-                port._coalesced += replaced
-    return dt

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, WATCH, Batch
-from ._slot import HOOK_OF_JOB, RESTORE, START, STATE, Job, Slot, begin_update
+from ._slot import HOOK_OF_JOB, RESTORE, START, STATE, Job, Slot
+from ._update import batch_runner, begin_update
 
 if TYPE_CHECKING:
     from ._lifecycle import Engine
@@ -263,61 +264,6 @@ class Lent:
                 engine.cpu_clocks.register(0)
         if _work(engine, 0, self._run, done):
             self.exited = True
-
-
-def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
-    """Worker ``w``'s ``run(batch, start)``, with what it reads bound once (it runs per batch)."""
-    policy, clock, slots, call, lock = (
-        engine.policy,
-        engine.clock,
-        engine.slots,
-        engine.hooks.call,
-        engine.lock,
-    )
-    in_hook = policy.gil.in_hook if policy.gil is not None else None
-    traced, now_of = engine.hooks.trace is not None, clock.now
-    inf = float("inf")
-
-    def run(batch: Batch, start: float) -> float:
-        """Run ``batch``'s updates in turn, the first at ``start``, no lock held; return the
-        seconds spent in hooks.
-
-        Ends early, leaving the rest to the policy: when a worker is needed for something else
-        (a job, a pause, the stop), when an update failed under the real-time timer, and when
-        a node that ran is due again (from the queue, another worker may take it first:
-        threads.earliest-due-first).
-        """
-        todo, ran = batch.todo, batch.ran
-        spent = 0.0
-        again = inf  # the earliest next due time of the nodes that ran
-        while True:
-            try:
-                slot = slots[todo.pop()]
-            except IndexError:  # another worker took the last one
-                break
-            if in_hook is not None:  # a CUDA node waits for its stream outside the GIL
-                in_hook[w] = 0.0 if slot.cuda else _perf_counter()
-            dt = begin_update(slot, start, traced)
-            before = slot.busy_seconds
-            failed = call(slot, "on_update", slot.actor.on_update, dt)[1]
-            spent += slot.busy_seconds - before
-            ran.append(slot)
-            if failed is not None:
-                with lock:
-                    engine.report(slot, "on_update", slot.last, failed)
-                    policy.update_failed(batch)
-                    if policy.wake:
-                        engine.deliver()
-            if slot.due < again:
-                again = slot.due
-            if not todo or policy.jobs or policy.paused or policy.stopping:
-                break
-            start = now_of()
-            if start >= again:
-                break
-        return spent
-
-    return run
 
 
 def run_job(engine: Engine, slot: Slot, job: Job, holder: int) -> None:
