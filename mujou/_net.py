@@ -119,7 +119,7 @@ class Branch:
             first = next(branch.nodes(), None)
             if first is not None:
                 engine = _core(first).engine
-                if engine is not None and all(engine.has_node(node) for node in branch.nodes()):
+                if engine is not None and all(_core(node).engine is engine for node in branch.nodes()):
                     where = f"{type(self).__name__} {self.name!r}" if self.name else type(self).__name__
                     raise RuntimeError(
                         f"{where} cannot change ({change}) while its net is in a run that has "

@@ -26,8 +26,7 @@ from ._unsaved import warn_unsaved
 
 if TYPE_CHECKING:
     from ._cuda import NodeStreams
-    from ._engine import Engine
-    from ._engine._hooks import Hooks
+    from ._in_run import WarningQueue
     from ._net import Branch
 
 _PORT_CACHE: dict[type, tuple[tuple[str, _Port], ...]] = {}
@@ -97,12 +96,12 @@ class NodeCore:
         self.attr = ""
         self.ports: dict[str, _Port] = {}
         self.hook_thread = 0  # the thread running a hook of this node now, else 0
-        self.hooks: Hooks | None = None  # the hook caller of the node's latest run
+        self.hooks: WarningQueue | None = None  # the hook caller of the node's latest run
         self.reads: list[tuple[Input[Any], torch.Tensor, int]] = []  # this hook's reads, checked after it
         # Where sends go: the engine's list of messages visible at the batch's end under the
         # virtual timer (visibility.virtual), else None (published at once). Set per run.
         self.staged: list[Staged] | None = None
-        self.engine: Engine | None = None
+        self.engine: object | None = None  # the engine of the run the node is in, else None
         self.streams: NodeStreams | None = None  # set for the run when the node touches CUDA
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import torch
 from typing_extensions import TypeVar
@@ -16,7 +16,6 @@ from ._messages import Nest
 from ._specs import Declared, declare
 
 if TYPE_CHECKING:
-    from ._engine._slot import Slot
     from ._node import Node, NodeCore
 
 M = TypeVar("M", default=torch.Tensor)  # the type of a port's messages, for type checkers
@@ -34,6 +33,30 @@ Staged = tuple["_Port", Any, int, Nest | None, float]
 _WATCHERS_LOCK = threading.Lock()
 
 
+class RunSlot(Protocol):
+    """What a port reads of its node's place in a run, and tells it (the engine's ``Slot``)."""
+
+    @property
+    def last(self) -> float:
+        """The timer time the node's running (or last) update started: a send's stamp."""
+        ...
+
+    @property
+    def hook(self) -> str:
+        """The hook of the node running now ("on_update", ...)."""
+        ...
+
+    @property
+    def traced_at(self) -> tuple[str, float] | None:
+        """Tracing: where the node's last update ran (a thread's name, a time in the slice)."""
+        ...
+
+    def sent(self, port: _Port) -> None:
+        """A message this node's update sent on ``port`` wakes triggered nodes (with the
+        engine's lock taken here): called by the send, before it returns."""
+        ...
+
+
 class _Port:
     """What inputs and outputs share: a name, a node, a declaration, the latest message, watchers."""
 
@@ -47,9 +70,10 @@ class _Port:
         # Replaced (under _WATCHERS_LOCK), never mutated, so a sender iterates it without a lock.
         self._watchers: tuple[Watcher, ...] = ()
         self._declared: Declared | None = declare(dtype, shape, spec)
-        # The triggered nodes a message made visible here wakes, set for each run (the
-        # engine's _arrivals): an output's readers, or a host-fed input's own node.
-        self._wakes: tuple[Slot, ...] = ()
+        # The triggered nodes a message made visible here wakes, by their index in the run,
+        # set for each run (the engine's _arrivals): an output's readers, or a host-fed
+        # input's own node.
+        self._wakes: tuple[int, ...] = ()
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._attr = name
@@ -69,7 +93,7 @@ class _Port:
         port._declared = self._declared
         return port
 
-    def _begin_run(self, slot: Slot) -> None:
+    def _begin_run(self, slot: RunSlot) -> None:
         """A run of the node starts, in which ``slot`` is its place (see the subclasses)."""
 
     @property

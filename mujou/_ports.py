@@ -18,14 +18,13 @@ import torch
 
 from ._cuda import host_to_node
 from ._messages import KINDS, Nest, flatten, map_tensors, rebuild
-from ._port import M, _Port
+from ._port import M, RunSlot, _Port
 from ._routing import Route
 from ._specs import Declared, clash
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._engine._slot import Slot
     from ._node import Node, NodeCore
 
 _get_ident = threading.get_ident
@@ -62,7 +61,7 @@ class Output(_Port, Generic[M]):
         super().__init__(dtype, shape, spec)
         self._readers: list[Input[Any]] = []
         self._route = Route.HOST  # planned when a run starts
-        self._slot: Slot | None = None  # the node's in the current (or last) run: the stamps
+        self._slot: RunSlot | None = None  # the node's in the current (or last) run: the stamps
         # The declarations a message is checked against: the port's own, then its readers'.
         self._checks: tuple[tuple[Declared, _Port], ...] = ()
 
@@ -75,7 +74,7 @@ class Output(_Port, Generic[M]):
         port._checks = () if self._declared is None else ((self._declared, port),)
         return port
 
-    def _begin_run(self, slot: Slot) -> None:
+    def _begin_run(self, slot: RunSlot) -> None:
         """A run of the node starts: its messages are stamped with its updates' times (ports.stamp)."""
         self._slot = slot
 
@@ -117,7 +116,7 @@ class Output(_Port, Generic[M]):
             for watcher in self._watchers:
                 watcher(message)
             if self._wakes:
-                core.engine.arrived(self, self._slot)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
+                self._slot.sent(self)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
         else:  # virtual timer: visible once the batch ends (visibility.virtual)
             core.staged.append((self, message, message._version, None, stamp))
 
@@ -168,7 +167,7 @@ class Output(_Port, Generic[M]):
         if core.staged is None:
             self._publish(message, 0, nest, stamp)
             if self._wakes:
-                core.engine.arrived(self, self._slot)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
+                self._slot.sent(self)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
         else:
             core.staged.append((self, message, 0, nest, stamp))
 
@@ -218,7 +217,7 @@ class Input(_Port, Generic[M]):
         # which ``source`` shows (the same, but for those stand-ins on the host).
         self._source: Output[Any] | None = None
         self._link: Output[Any] | None = None
-        self._slot: Slot | None = None  # the node's in the current (or last) run
+        self._slot: RunSlot | None = None  # the node's in the current (or last) run
         # The number of the latest message when the node's last update started, and when
         # the update before it started (0: none yet): see Input.fresh.
         self._seen = 0
@@ -237,7 +236,7 @@ class Input(_Port, Generic[M]):
         port._seen = port._seen_before = port._base = port._coalesced = 0
         return port
 
-    def _begin_run(self, slot: Slot) -> None:
+    def _begin_run(self, slot: RunSlot) -> None:
         """A run of the node starts: no update has seen a message yet (ports.fresh)."""
         self._slot = slot
         self._seen = self._seen_before = self._coalesced = 0

@@ -9,7 +9,7 @@
 - ``_restore``, ``_snapshot``, ``_exit``: resuming a tree, the host's counters, runs left at exit.
 """
 
-from ._hooks import HookThread as HookThread
-from ._hooks import in_hook_thread as in_hook_thread
+from .._in_run import HookThread as HookThread
+from .._in_run import in_hook_thread as in_hook_thread
 from ._lifecycle import Engine as Engine
 from ._slot import Slot as Slot

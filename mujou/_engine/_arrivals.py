@@ -30,8 +30,8 @@ def wire(slots: Sequence[Slot]) -> None:
     for slot in slots:
         for port in slot.trigger_inputs:
             source = port if port._source is None else port._source
-            if slot not in source._wakes:
-                source._wakes = (*source._wakes, slot)
+            if slot.index not in source._wakes:
+                source._wakes = (*source._wakes, slot.index)
 
 
 def arrive(policy: Policy, slot: Slot, now: float, by: Slot | None = None) -> None:
@@ -103,11 +103,12 @@ MAX_FLOWS_IN = 256
 missing an input) keeps the first ones, not one per send for as long as the run runs."""
 
 
-def note_flows(port: _Port, source: tuple[str, float]) -> None:
+def note_flows(slots: Sequence[Slot], port: _Port, source: tuple[str, float]) -> None:
     """Tracing: a message made visible on ``port`` was sent in the slice at ``source`` (its
-    thread's name, a time in it); each node it wakes keeps it for the trace's flow into its
-    next update (observe.trace-flows). With the engine's lock held."""
-    for slot in port._wakes:
+    thread's name, a time in it); each node of ``slots`` (the run's) it wakes keeps it for the
+    trace's flow into its next update (observe.trace-flows). With the engine's lock held."""
+    for index in port._wakes:
+        slot = slots[index]
         if len(slot.flows_in) < MAX_FLOWS_IN:
             slot.flows_in.append(source)
 
@@ -115,5 +116,6 @@ def note_flows(port: _Port, source: tuple[str, float]) -> None:
 def arrived(policy: Policy, port: _Port, now: float, by: Slot | None = None) -> None:
     """A message became visible on ``port`` at ``now`` (sent by ``by``'s update, if any):
     every node it wakes gets ``arrive``."""
-    for slot in port._wakes:
-        arrive(policy, slot, now, by)
+    slots = policy.slots
+    for index in port._wakes:
+        arrive(policy, slots[index], now, by)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import HookError, MujouInternalError
+from .._in_run import HookThread
 from .._tree import build_tree
-from ._hooks import HookThread
 from ._policy import Policy
 from ._slot import Job, Slot
 from ._threads import guarded, state_main

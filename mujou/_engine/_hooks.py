@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .._errors import GlobalRandomWarning, LeakedSettingWarning
+from .._in_run import in_hook_thread
 from .._trace import Recorder
 from ._slot import Slot
 
@@ -32,15 +33,6 @@ _initial_seed = torch.default_generator.initial_seed
 # torch.autograd.profiler's own flag, set by any thread's profiler (the C++ check is per
 # thread); .get() as it may not exist in every torch we support.
 profiler_flags = vars(torch.autograd.profiler)
-
-
-class HookThread(threading.Thread):
-    """A thread that runs hooks: a worker, a dedicated node thread or the state thread."""
-
-
-def in_hook_thread() -> bool:
-    """Whether the calling thread is one of Mujou's hook threads."""
-    return isinstance(threading.current_thread(), HookThread)
 
 
 class Hooks:

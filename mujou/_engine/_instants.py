@@ -121,7 +121,7 @@ class Instants:
             if self.tracing and isinstance(port, Output) and port._slot is not None:
                 sender = port._slot.traced_at  # where the sender's update, just ended, ran
                 if sender is not None:
-                    note_flows(port, sender)
+                    note_flows(self.slots, port, sender)
 
     def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         """Virtual timer: run every update due up to ``until`` (or forever), instant by instant.

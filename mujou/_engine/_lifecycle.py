@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .._cpus import gil_enabled
 from .._cuda import NodeStreams
 from .._errors import HookError, MujouInternalError
+from .._in_run import HookThread
 from .._ports import Input, Output
 from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
@@ -45,7 +46,7 @@ from ._arrivals import arrived, note_flows, wire
 from ._clock import make_clock
 from ._collect import state_tree
 from ._exit import live
-from ._hooks import Hooks, HookThread
+from ._hooks import Hooks
 from ._instants import Instants
 from ._policy import Policy
 from ._restore import check_schedule, restore_schedule
@@ -78,6 +79,8 @@ class Engine(Instants):
         self.clock = make_clock(timer)
         self.virtual = self.clock.virtual
         self.slots = [Slot(node, node._mujou, i) for i, node in enumerate(nodes)]
+        for slot in self.slots:
+            slot.arrivals = self.arrived
         self._members = {id(node) for node in nodes}
         self.policy = Policy(
             self.slots, workers, virtual=self.virtual, scale=self.clock.scale, gil=gil_enabled()
@@ -318,7 +321,7 @@ class Engine(Instants):
             policy = self.policy
             arrived(policy, port, self.clock.now(), by)
             if by is not None and self.tracing:  # in the sender's hook, on its thread
-                note_flows(port, (threading.current_thread().name, time.perf_counter()))
+                note_flows(self.slots, port, (threading.current_thread().name, time.perf_counter()))
             if policy.wake:
                 self.deliver()
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._errors import MujouInternalError
 from .._ports import Input
 from ._arrivals import arrivals_due
 
 if TYPE_CHECKING:
     from .._node import Node, NodeCore
+    from .._port import _Port
     from .._trace import Update
 
 
@@ -54,6 +56,7 @@ class Slot:
         "actor",
         "arrival_numbers",
         "arrival_times",
+        "arrivals",
         "arrived",
         "busy_seconds",
         "core",
@@ -149,6 +152,16 @@ class Slot:
         self.arrival_numbers = [0] * len(self.trigger_inputs)
         self.min_interval = core.min_interval
         self.delay = core.delay
+        # What a send of the node's update tells the run: the engine's ``arrived``, set by it.
+        self.arrivals: Callable[[_Port, Slot], None] = _no_run
+
+    def sent(self, port: _Port) -> None:
+        """A message the node's update sent on ``port`` wakes triggered nodes (``RunSlot``)."""
+        self.arrivals(port, self)
+
+
+def _no_run(port: _Port, by: Slot) -> None:
+    raise MujouInternalError(f"internal error in Mujou: {by.name!r} sent on {port.name!r} in no run")
 
 
 def come_back(slot: Slot) -> None:
