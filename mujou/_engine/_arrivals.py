@@ -14,12 +14,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .._port import _Port
-    from ._policy import Policy
     from ._slot import Slot
+
+
+class Policy(Protocol):
+    """What an arrival tells: the scheduling policy (``_policy.Policy``)."""
+
+    @property
+    def slots(self) -> Sequence[Slot]:
+        """The run's nodes, by index."""
+        ...
+
+    def arrival(self, slot: Slot, now: float, by: Slot | None = None) -> None:
+        """An arrival at ``now`` on an input ``slot``'s trigger names, sent by ``by``'s update."""
+        ...
 
 
 def wire(slots: Sequence[Slot]) -> None:
@@ -119,3 +131,22 @@ def arrived(policy: Policy, port: _Port, now: float, by: Slot | None = None) -> 
     slots = policy.slots
     for index in port._wakes:
         arrive(policy, slots[index], now, by)
+
+
+def come_back(slot: Slot) -> None:
+    """``slot`` is back with the policy (or the timer starts): a restored trigger, and the
+    arrivals that came while it was held, take effect, the earlier due time standing.
+
+    The arrivals are decided now, not when they came: an update that began meanwhile read
+    them, and then they make no update (trigger.coalesce, trigger.periodic-and-triggered);
+    one that came after its start makes one, at most ``min_interval`` after it
+    (trigger.min-interval).
+    """
+    if slot.pending < slot.due:
+        slot.due = slot.pending
+    slot.pending = math.inf
+    if slot.arrived:
+        slot.arrived = False
+        due = arrivals_due(slot)
+        if due < slot.due:
+            slot.due = due

@@ -14,9 +14,9 @@ from typing import Any
 
 from .._errors import MujouInternalError
 from .._schedule import DueQueue
-from ._arrivals import arrivals_due
+from ._arrivals import arrivals_due, come_back
 from ._gil import HOLD_BACK, WATCH_DOUBLINGS, HoldBack
-from ._slot import Job, Slot, come_back
+from ._slot import Job, Slot
 
 FREE = 0  # holder: in no thread's hands
 QUEUED_JOB = -1  # holder: a job is queued for the node

@@ -5,17 +5,32 @@ See state.consistent-snapshot and run.state-after-error.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .._errors import HookError, MujouInternalError
 from .._in_run import HookThread
 from .._tree import build_tree
 from ._policy import Policy
 from ._slot import Job, Slot
+from ._threads import Engine as ThreadsEngine
 from ._threads import guarded, state_main
 
-if TYPE_CHECKING:
-    from ._lifecycle import Engine
+
+class Engine(ThreadsEngine, Protocol):
+    """What taking the state uses of the run's engine (``_lifecycle.Engine``, which calls it:
+    a Protocol, so that this module does not import it)."""
+
+    collecting: threading.Lock
+    poll: float
+    ended: bool
+    end_time: float
+
+    @property
+    def error(self) -> BaseException | None: ...
+    def host_wait(self, done: Callable[[], bool]) -> None: ...
+    def raise_error(self) -> None: ...
 
 
 def state_tree(engine: Engine) -> dict[str, Any]:

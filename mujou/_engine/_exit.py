@@ -10,10 +10,20 @@ import sys
 import threading
 import traceback
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ._lifecycle import Engine
+
+class Engine(Protocol):
+    """What the exit uses of a run's engine (``_lifecycle.Engine``, which registers itself:
+    a Protocol, so that this module does not import it)."""
+
+    ended: bool
+    error_reported: bool
+
+    @property
+    def error(self) -> BaseException | None: ...
+    def stop(self) -> None: ...
+
 
 EXIT_GRACE = 10.0  # real seconds a run is given to stop at interpreter exit
 live: weakref.WeakSet[Engine] = weakref.WeakSet()  # runs started, stopped at exit if not ended

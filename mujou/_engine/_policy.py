@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from ._arrivals import arrivals_due
+from ._arrivals import arrivals_due, come_back
 from ._batches import EXIT, FREE, JOB, PARK, QUEUED_JOB, RUN, SLEEP
 from ._ending import Ending
-from ._slot import RESTORE, START, STATE, STOP, Job, Slot, come_back
+from ._slot import RESTORE, START, STATE, STOP, Job, Slot
 
 
 class Policy(Ending):

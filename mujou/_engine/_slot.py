@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import MujouInternalError
 from .._ports import Input
-from ._arrivals import arrivals_due
 
 if TYPE_CHECKING:
     from .._node import Node, NodeCore
@@ -162,22 +161,3 @@ class Slot:
 
 def _no_run(port: _Port, by: Slot) -> None:
     raise MujouInternalError(f"internal error in Mujou: {by.name!r} sent on {port.name!r} in no run")
-
-
-def come_back(slot: Slot) -> None:
-    """``slot`` is back with the policy (or the timer starts): a restored trigger, and the
-    arrivals that came while it was held, take effect, the earlier due time standing.
-
-    The arrivals are decided now, not when they came: an update that began meanwhile read
-    them, and then they make no update (trigger.coalesce, trigger.periodic-and-triggered);
-    one that came after its start makes one, at most ``min_interval`` after it
-    (trigger.min-interval).
-    """
-    if slot.pending < slot.due:
-        slot.due = slot.pending
-    slot.pending = math.inf
-    if slot.arrived:
-        slot.arrived = False
-        due = arrivals_due(slot)
-        if due < slot.due:
-            slot.due = due

@@ -19,20 +19,31 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, WATCH, Batch
 from ._slot import HOOK_OF_JOB, RESTORE, START, STATE, Job, Slot
-from ._update import batch_runner, begin_update
-
-if TYPE_CHECKING:
-    from ._lifecycle import Engine
+from ._update import UpdateEngine, batch_runner, begin_update
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 _yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))  # releases the GIL
 _perf_counter = time.perf_counter
 # The CPU clock of a thread, by its ident (Unix): what tells a hook waiting outside the GIL.
 _thread_cpu_clock: Callable[[int], int] | None = getattr(time, "pthread_getcpuclockid", None)
+
+
+class Engine(UpdateEngine, Protocol):
+    """What the threads use of the run's engine (``_lifecycle.Engine``, which starts them: a
+    Protocol, so that this module does not import it)."""
+
+    parking: Parking
+    cpu_clocks: CpuClocks | None
+    worker_busy: list[float]
+
+    def gate_of(self, slot: Slot) -> int: ...
+    def thread_exited(self) -> None: ...
+    def crashed(self, holder: int, exc: BaseException, *, exits: bool) -> None: ...
+    def crashed_locked(self, holder: int, exc: BaseException, *, exits: bool) -> None: ...
 
 
 class CpuClocks:

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -51,7 +51,9 @@ from ._hooks import check_reads, profiler_flags
 
 if TYPE_CHECKING:
     from ._batches import Batch
-    from ._lifecycle import Engine
+    from ._clock import RealClock, VirtualClock
+    from ._hooks import Hooks
+    from ._policy import Policy
     from ._slot import Slot
 
 # Bound once: each runs for every update.
@@ -60,6 +62,23 @@ _perf_counter = time.perf_counter
 _is_grad_enabled = torch.is_grad_enabled
 _is_inference_mode_enabled = torch.is_inference_mode_enabled
 _initial_seed = torch.default_generator.initial_seed
+
+
+class UpdateEngine(Protocol):
+    """What a worker's batch runner uses of the run's engine (``_lifecycle.Engine``, which
+    starts the workers: a Protocol, so that this module does not import it)."""
+
+    lock: threading.Lock
+    policy: Policy
+    clock: RealClock | VirtualClock
+    hooks: Hooks
+    workers: int
+
+    @property
+    def slots(self) -> Sequence[Slot]: ...
+
+    def deliver(self) -> bool: ...
+    def report(self, slot: Slot, hook: str, at: float, exc: BaseException) -> None: ...
 
 
 def begin_update(slot: Slot, start: float, traced: bool) -> float:
@@ -117,7 +136,7 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     return dt
 
 
-def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
+def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float]:
     """Worker ``w``'s ``run(batch, start)``, with what it reads bound once (it runs per batch)."""
     policy, clock, slots, hooks, lock = engine.policy, engine.clock, engine.slots, engine.hooks, engine.lock
     call = hooks.call
