@@ -26,10 +26,10 @@ def next_slot(slot: int, period: float, start: float) -> tuple[int, int]:
     (see :ref:`sched.skip`): the next update is due at the first slot at or after ``start``.
     """
     following = slot + 1
-    if due_time(following, period) >= start:
+    if following * period >= start:  # due_time, inlined: a late worker calls this per update
         return following, 0
     first = max(following, math.ceil(start / period))
-    while due_time(first, period) < start:  # ceil of a float quotient can land one short
+    while first * period < start:  # ceil of a float quotient can land one short
         first += 1
     return first, first - following
 

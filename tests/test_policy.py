@@ -46,7 +46,7 @@ def make_slots(rng: random.Random, count: int, dedicated: float) -> list[Slot]:
             min_interval=0.0,
             delay=0.0,
         )
-        node = SimpleNamespace(name=f"n{index}")
+        node = SimpleNamespace(name=f"n{index}", on_update=lambda dt: None)
         slots.append(Slot(cast(Any, node), cast(Any, core), index))
     return slots
 
@@ -67,7 +67,7 @@ def triggered_slot(
         min_interval=min_interval,
         delay=delay,
     )
-    node = SimpleNamespace(name=f"n{index}")
+    node = SimpleNamespace(name=f"n{index}", on_update=lambda dt: None)
     slot = Slot(cast(Any, node), cast(Any, core), index)
     x._begin_run(slot)
     return slot

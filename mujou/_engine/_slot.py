@@ -52,7 +52,7 @@ class Slot:
     """One node's schedule, flags and statistics."""
 
     __slots__ = (
-        "actor",
+        "_actor",
         "arrival_numbers",
         "arrival_times",
         "arrivals",
@@ -89,14 +89,14 @@ class Slot:
         "traced_at",
         "trigger_all",
         "trigger_inputs",
+        "update_hook",
         "updates",
         "warned",
     )
 
     def __init__(self, node: Node, core: NodeCore, index: int) -> None:
         self.node = node
-        # Whose hooks run: the node, or what stands in for it in a replay (replay.hooks-replaced).
-        self.actor: Actor = node
+        self.actor = node
         self.core = core
         self.index = index
         self.name = node.name
@@ -153,6 +153,16 @@ class Slot:
         self.delay = core.delay
         # What a send of the node's update tells the run: the engine's ``arrived``, set by it.
         self.arrivals: Callable[[_Port, Slot], None] = _no_run
+
+    @property
+    def actor(self) -> Actor:
+        """Whose hooks run: the node, or what stands in for it in a replay (replay.hooks-replaced)."""
+        return self._actor
+
+    @actor.setter
+    def actor(self, actor: Actor) -> None:
+        self._actor = actor
+        self.update_hook = actor.on_update  # bound once: a worker calls it for every update
 
     def sent(self, port: _Port) -> None:
         """A message the node's update sent on ``port`` wakes triggered nodes (``RunSlot``)."""

@@ -179,9 +179,12 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 core.hook_thread = ident
                 began = _perf_counter()
                 try:
-                    core.context.run(slot.actor.on_update, dt)
-                    if core.reads:
-                        check_reads(slot, "on_update")
+                    core.context.run(slot.update_hook, dt)
+                    reads = core.reads
+                    if reads:  # ports.message-read-only, on the messages it read
+                        for _, message, version in reads:
+                            if message._version != version:
+                                check_reads(slot, "on_update")
                 except BaseException as exc:
                     failed = exc
                 busy = _perf_counter() - began
@@ -192,7 +195,7 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                     core.reads.clear()
             else:
                 before = slot.busy_seconds
-                failed = call(slot, "on_update", slot.actor.on_update, dt)[1]
+                failed = call(slot, "on_update", slot.update_hook, dt)[1]
                 spent += slot.busy_seconds - before
             if (
                 _is_grad_enabled() is not grad
