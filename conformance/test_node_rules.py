@@ -410,12 +410,12 @@ def test_manual_seed_warning_names_only_the_node_that_called_it() -> None:
 def test_a_reseed_by_the_host_between_its_calls_names_no_node() -> None:
     """> When a hook calls torch.manual_seed ..., Mujou issues a GlobalRandomWarning naming the
     > node: the host's own torch.manual_seed, between two of its calls, names no node."""
-    net = Bag(a=Reseeder(0, reseed=False), b=Reseeder(0, reseed=False))
-    with shown_warnings() as log, mujou.run(net, timer=mujou.VirtualTimer(), workers=1) as run:
+    a, b = Reseeder(0, reseed=False), Reseeder(0, reseed=False)
+    with shown_warnings() as log, mujou.run(Bag(a=a, b=b), timer=mujou.VirtualTimer(), workers=1) as run:
         run.sleep(1.0)
         torch.manual_seed(torch.initial_seed() + 1)
         run.sleep(1.0)
-    assert net.a.n == net.b.n == 8  # the updates after the reseed ran
+    assert a.n == b.n == 8  # the updates after the reseed ran
     assert log.of(mujou.GlobalRandomWarning) == []
 
 
