@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from ._net_text import branch_text
-from ._node import Node, _core, is_initialized, not_initialized_message
+from ._node import Node, Parent, _core, is_initialized, not_initialized_message
 from ._port import M
 from ._ports import Input, Output, link
 
@@ -330,7 +330,7 @@ def _plain_collection_message(net: Net, attr: str, value: object) -> str:
     )
 
 
-def path(branch: Branch, key: str) -> str:
+def path(branch: Parent, key: str) -> str:
     prefix = branch.name
     return f"{prefix}.{key}" if prefix else key
 

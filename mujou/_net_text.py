@@ -9,17 +9,23 @@ and its connections.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from ._node import Node, is_initialized
 from ._ports import Input, Output
 from ._specs import SpecTree, TensorSpec, describe
 
 if TYPE_CHECKING:
-    from ._net import Branch
     from ._port import _Port
 
 INDENT = "  "
+
+
+class Branch(Protocol):
+    """What printing reads of a net or node container (``_net.Branch``): its members."""
+
+    def _members(self) -> Iterator[tuple[str, Node | Branch]]: ...
 
 
 def branch_text(branch: Branch) -> str:

@@ -7,9 +7,10 @@ import difflib
 import functools
 import inspect
 import math
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 import torch
 
@@ -27,7 +28,6 @@ from ._unsaved import warn_unsaved
 if TYPE_CHECKING:
     from ._cuda import NodeStreams
     from ._in_run import WarningQueue
-    from ._net import Branch
 
 _PORT_CACHE: dict[type, tuple[tuple[str, _Port], ...]] = {}
 
@@ -44,6 +44,17 @@ def _class_ports(cls: type) -> tuple[tuple[str, _Port], ...]:
                     found.pop(name, None)
         ports = _PORT_CACHE[cls] = tuple(found.items())
     return ports
+
+
+class Parent(Protocol):
+    """What a node reads of the net or node container that holds it (``_net.Branch``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def _attr(self) -> str: ...
+    @property
+    def _parent(self) -> Parent | None: ...
 
 
 class NodeCore:
@@ -92,7 +103,7 @@ class NodeCore:
         self.dedicated = dedicated
         # Each node's hooks run in this context, which starts empty: see threads.context.
         self.context = contextvars.Context()
-        self.parent: Branch | None = None  # the net or node container that holds the node
+        self.parent: Parent | None = None  # the net or node container that holds the node
         self.attr = ""
         self.ports: dict[str, _Port] = {}
         self.hook_thread = 0  # the thread running a hook of this node now, else 0
@@ -169,7 +180,12 @@ class Node:
         dedicated_thread: bool = False,
     ) -> None:
         ports = _class_ports(type(self))
-        checked_trigger = check_trigger(type(self), trigger, dict(ports))
+        checked_trigger = check_trigger(
+            type(self),
+            trigger,
+            [name for name, port in ports if isinstance(port, Input)],
+            [name for name, port in ports if not isinstance(port, Input)],
+        )
         checked_period = check_period(period_from_rate(period, rate), checked_trigger)
         checked_interval = check_trigger_timing("min_interval", min_interval, checked_trigger)
         checked_delay = check_trigger_timing("delay", delay, checked_trigger)
@@ -283,7 +299,10 @@ class Node:
             else:
                 unsaved.append((key, value))
         if unsaved:
-            warn_unsaved(self, self._mujou, unsaved)
+            core = self._mujou
+            warn_unsaved(
+                type(self), self.name, core.hooks, core.hook_thread == threading.get_ident(), unsaved
+            )
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

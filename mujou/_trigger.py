@@ -8,13 +8,9 @@ names against the node's ports. What a trigger does at run time is the engine's
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping, Sequence
 
 from ._numbers import positive
-
-if TYPE_CHECKING:
-    from ._port import _Port
 
 
 class Trigger:
@@ -98,10 +94,11 @@ def _names(what: str, inputs: tuple[object, ...]) -> tuple[str, ...]:
     return names
 
 
-def check_trigger(cls: type, trigger: object, ports: Mapping[str, _Port]) -> Trigger | None:
-    """``trigger`` for a node of class ``cls`` with ``ports``: its names must be inputs."""
-    from ._ports import Input  # _ports imports this module's users: import here
-
+def check_trigger(
+    cls: type, trigger: object, inputs: Sequence[str], outputs: Collection[str]
+) -> Trigger | None:
+    """``trigger`` for a node of class ``cls`` with ports ``inputs`` and ``outputs`` (their
+    names): its names must be inputs."""
     if trigger is None:
         return None
     if not isinstance(trigger, Trigger):
@@ -109,13 +106,12 @@ def check_trigger(cls: type, trigger: object, ports: Mapping[str, _Port]) -> Tri
             "trigger must be None or made by mujou.on(...) or mujou.on_all(...), "
             f"got {type(trigger).__name__}: {trigger!r}"
         )
-    inputs = sorted(name for name, port in ports.items() if isinstance(port, Input))
     for name in trigger.inputs:
-        if not isinstance(ports.get(name), Input):
-            what = "an output" if name in ports else "not a port"
+        if name not in inputs:
+            what = "an output" if name in outputs else "not a port"
             raise ValueError(
-                f"trigger {trigger!r} names {name!r}, which is {what} of {cls.__name__}; "
-                f"a trigger names inputs of the node: {', '.join(map(repr, inputs)) or 'it has none'}"
+                f"trigger {trigger!r} names {name!r}, which is {what} of {cls.__name__}; a trigger "
+                f"names inputs of the node: {', '.join(map(repr, sorted(inputs))) or 'it has none'}"
             )
     return trigger
 
