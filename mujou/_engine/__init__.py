@@ -2,7 +2,7 @@
 
 - ``_slot``: one node's schedule and counters.
 - ``_clock``: real and virtual clocks.
-- ``_hooks``: the one place hooks are called.
+- ``_hooks``: where hooks are called; ``_update``: a worker's updates, top to bottom.
 - ``_threads``: the worker, dedicated and state threads, and where they park.
 - ``_batches`` and ``_policy``: the policy, the workers' side and the rest; ``_invariant``: its check.
 - ``_lifecycle``: ``Engine``: start, the host's waits, the stop; ``_collect``: taking the state.

@@ -1,4 +1,9 @@
-"""The one place hooks are called: in the node's context, with the checks around each call.
+"""Where hooks are called: in the node's context, with the checks around each call.
+
+``Hooks.call`` calls every hook but one kind: the jobs (on_start, on_stop, state_dict,
+load_state_dict), a dedicated thread's updates and a worker's updates of a node on CUDA or
+while a trace or a profiler records; a worker's update of a plain CPU node is called in
+``_update.batch_runner``, with the same checks (NOTE [ the cost of an update ]).
 
 Around every hook: the node's CUDA device and streams (inside the ``try``, so a CUDA error is
 the hook's), a ``torch.profiler`` range while a profiler runs, the time spent (``busy``), a

@@ -7,33 +7,40 @@ A node that needs more around its hook (CUDA streams, a trace, a profiler range)
 through ``Hooks.call``, the one place that does all of it (jobs and dedicated threads use it
 too); a plain CPU node's update is called here, with the same checks.
 
-NOTE [ the cost of an update ]: measured with ``python bench/run.py --quick --only
-dispatch-virtual`` (100 empty nodes always due, one worker, virtual timer) and
-``py-spy record -r 1000 -f raw`` on the same workload, on the 2-core machine (AMD EPYC),
-then each step timed alone with ``timeit`` (CPython 3.11, torch 2.13). Before this module
-an update cost about 1.8 us of the worker's time (547,000 a second); what each step costs:
+NOTE [ the cost of an update ]: how it was measured. The workload is bench's dispatch (100
+empty nodes always due, one worker); the figure is the process's CPU time (``time.process_time``)
+over the updates ``run.stats()`` counted in 1-2 s, so that a machine shared with other work
+inflates it less than a rate would; ``py-spy record -r 1000 -f raw`` on the same workload gave
+each step's share, and ``timeit`` each primitive alone (2-core AMD EPYC, CPython 3.11, torch
+2.13). Before this module (load 3-6): 1.9-2.0 us an update under the virtual timer and
+4.9-5.1 us under the real-time one; after: 1.4 us and 2.2-2.3 us (the real-time figure fell
+most from NOTE [ taking what is due ], in ``_batches``). In the profile before, 40 % of the
+worker's samples were the hook call with its checks, 14 % ``begin_update``, 13 % the runner's
+loop. Each step, and what it costs now:
 
-- taking the next node of the batch and deciding whether to go on: about 0.15 us;
+- taking the next node of the batch and deciding whether to go on: a few list and attribute
+  operations, and under the real-time timer one clock read (``RealClock.now``, about 0.15 us);
 - ``begin_update``, the fixed-rate schedule, ``dt``, the statistics and the lateness ring
-  (sched.fixed-rate, sched.skip, observe.stats-values): about 0.35 us, plus about 0.1 us per
-  input for its fresh bits (ports.fresh, trigger.coalesce);
-- the hook in the node's context (threads.context): ``Context.run`` about 0.04 us and the
-  call itself;
-- the per-thread settings after the hook (rules.hook-settings-warning): 0.04 us for each of
-  grad and inference mode. They are read once per batch and after each hook, not before it as
-  well: the worker's own code between hooks changes neither, so the value after one hook is
-  the value before the next;
-- the global seed (rules.manual-seed-warning): 0.05 us, read once at the start of a batch and
-  after each hook (not before each as well: between two hooks of a batch only Mujou's code
-  runs on the worker, so a change seen after a hook was made while it ran, by it or by a
-  hook running meanwhile, which the warning names; the host's thread reseeding in that gap
-  would be blamed on the hook that follows, as it was before on a hook it overlapped);
+  (sched.fixed-rate, sched.skip, observe.stats-values), about a quarter of the update, plus
+  the fresh bits of each input (ports.fresh, trigger.coalesce);
+- the hook in the node's context (threads.context): ``Context.run``, 0.04 us, and the call;
+- the per-thread settings (rules.hook-settings-warning): 0.04 us for each of grad and
+  inference mode, read once per batch and after each hook, no longer before it as well: the
+  worker's own code between two hooks changes neither, so the value after one hook is the
+  value before the next;
+- the global seed (rules.manual-seed-warning): 0.05 us, read at the start of a batch and after
+  each hook, no longer before each as well: between two hooks of a batch only Mujou's code
+  runs on the worker, so a change seen after a hook was made while it ran, by it or by a hook
+  running meanwhile, which the warning names. The host's thread reseeding in that gap would
+  be blamed on the hook that follows, as it was before on a hook it overlapped; between
+  batches (the host's calls) it is seen at the batch's start and blamed on no node;
 - the busy time (observe.stats, observe.worker-busy): two ``perf_counter`` reads, 0.05 us each;
-- the read-only check (ports.message-read-only): only over the messages the hook read, so
-  a node that read nothing pays one test of an empty list;
-- the thread that runs the hook, for the ports (ports.only-in-own-hooks): read once per
-  batch, not once per hook;
-- whether torch's profiler runs (observe.profiler-ranges): one dictionary look-up.
+- the read-only check (ports.message-read-only): a loop over the messages the hook read only,
+  so a node that read nothing pays one test of an empty list;
+- the thread that runs the hook, which the ports check (ports.only-in-own-hooks): read once
+  per batch instead of once per hook (0.03 us);
+- whether torch's profiler runs (observe.profiler-ranges): one dictionary look-up (0.03 us);
+- the hook itself, bound once per run (``Slot.update_hook``) instead of once per update.
 """
 
 from __future__ import annotations
