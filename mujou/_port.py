@@ -51,9 +51,10 @@ class RunSlot(Protocol):
         """Tracing: where the node's last update ran (a thread's name, a time in the slice)."""
         ...
 
-    def sent(self, port: _Port) -> None:
-        """A message this node's update sent on ``port`` wakes triggered nodes (with the
-        engine's lock taken here): called by the send, before it returns."""
+    @property
+    def sent(self) -> Callable[[_Port], None]:
+        """Called with ``port`` when a message this node's update sent there wakes triggered
+        nodes, before the send returns (it takes the engine's lock)."""
         ...
 
 

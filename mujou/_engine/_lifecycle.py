@@ -31,6 +31,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .._cpus import gil_enabled
@@ -80,7 +81,7 @@ class Engine(Instants):
         self.virtual = self.clock.virtual
         self.slots = [Slot(node, node._mujou, i) for i, node in enumerate(nodes)]
         for slot in self.slots:
-            slot.arrivals = self.arrived
+            slot.sent = partial(self.arrived, by=slot)
         self._members = {id(node) for node in nodes}
         self.policy = Policy(
             self.slots, workers, virtual=self.virtual, scale=self.clock.scale, gil=gil_enabled()

@@ -11,6 +11,7 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import MujouInternalError
@@ -55,7 +56,6 @@ class Slot:
         "_actor",
         "arrival_numbers",
         "arrival_times",
-        "arrivals",
         "arrived",
         "busy_seconds",
         "core",
@@ -80,6 +80,7 @@ class Slot:
         "now",
         "pending",
         "period",
+        "sent",
         "skipped",
         "slot",
         "started",
@@ -151,8 +152,9 @@ class Slot:
         self.arrival_numbers = [0] * len(self.trigger_inputs)
         self.min_interval = core.min_interval
         self.delay = core.delay
-        # What a send of the node's update tells the run: the engine's ``arrived``, set by it.
-        self.arrivals: Callable[[_Port, Slot], None] = _no_run
+        # What a send of the node's update that wakes triggered nodes calls (``RunSlot.sent``):
+        # the engine's ``arrived``, by this slot, set by the engine.
+        self.sent: Callable[[_Port], None] = partial(_no_run, by=self)
 
     @property
     def actor(self) -> Actor:
@@ -163,10 +165,6 @@ class Slot:
     def actor(self, actor: Actor) -> None:
         self._actor = actor
         self.update_hook = actor.on_update  # bound once: a worker calls it for every update
-
-    def sent(self, port: _Port) -> None:
-        """A message the node's update sent on ``port`` wakes triggered nodes (``RunSlot``)."""
-        self.arrivals(port, self)
 
 
 def _no_run(port: _Port, by: Slot) -> None:
