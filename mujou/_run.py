@@ -255,6 +255,11 @@ class Run:
         found: list[M],
     ) -> M:
         engine = self._engine
+        lender = engine.lender
+        if lender is not None:
+            # The update the host waits for may be due: run it before looking, while no worker
+            # has begun it (NOTE [ the host lends its thread ]).
+            lender.run_one()
         if latest_matches():
             return found[0]
         self._live("wait_for")

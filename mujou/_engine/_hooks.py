@@ -20,6 +20,7 @@ import torch
 
 from .._errors import GlobalRandomWarning, LeakedSettingWarning
 from .._trace import Recorder
+from . import _host_hooks
 from ._slot import Slot
 
 # Bound once: they run around every hook.
@@ -39,8 +40,9 @@ class HookThread(threading.Thread):
 
 
 def in_hook_thread() -> bool:
-    """Whether the calling thread is one of Mujou's hook threads."""
-    return isinstance(threading.current_thread(), HookThread)
+    """Whether the calling thread runs hooks: one of Mujou's threads, or a host's thread while
+    it runs an update (threads.host-runs-updates)."""
+    return isinstance(_current_thread(), HookThread) or _get_ident() in _host_hooks.running
 
 
 class Hooks:
@@ -75,9 +77,10 @@ class Hooks:
         began = _perf_counter()
         try:
             if streams is not None:
-                # On the host's thread (state_dict once the run has ended), put its own device
-                # and streams back afterwards: the host's later work is not the node's.
-                restore_host = streams.make_current(keep=not in_hook_thread())
+                # On the host's thread (state_dict once the run has ended, an update it runs
+                # while it waits), put its own device and streams back afterwards: the host's
+                # later work is not the node's.
+                restore_host = streams.make_current(keep=not isinstance(_current_thread(), HookThread))
                 if hook == "state_dict":
                     streams.wait()  # cuda.wait-state-dict: before, and after below
             if _profiler_flags.get("_is_profiler_enabled", False):

@@ -47,6 +47,7 @@ from ._collect import state_tree
 from ._exit import live
 from ._hooks import Hooks, HookThread
 from ._instants import Instants
+from ._lend import Lender
 from ._policy import Policy
 from ._restore import check_schedule, restore_schedule
 from ._slot import RESTORE, START, Job, Slot
@@ -113,6 +114,8 @@ class Engine(Instants):
         self.threads_started = False
         assert not lent or (self.virtual and isinstance(threading.current_thread(), HookThread))
         self.lent: Lent | None = Lent(self) if lent else None
+        # The host's thread runs due worker updates while it waits (NOTE [ the host lends its thread ]).
+        self.lender: Lender | None = Lender(self) if not self.virtual and workers > 0 else None
         self._threads: list[threading.Thread] = [
             HookThread(
                 target=guarded, args=(self, i + 1, worker_main, i), name=f"mujou-worker-{i}", daemon=True
@@ -361,12 +364,15 @@ class Engine(Instants):
 
     def wait_real(self, until: float | None, done: Callable[[], bool]) -> bool:
         """Real-time timer: wait until ``done()``, the timer reaches ``until``, or the run ends
-        (or fails). ``done`` runs on the host's thread, outside the lock. Whether it became true."""
+        (or fails), running due updates meanwhile (``_lend``). ``done`` runs on the host's
+        thread, outside the lock. Whether it became true."""
         clock = self.clock
         while True:
             seen = self._host_seq
             if done():
                 return True
+            if self.lender is not None and self.lender.run_one():
+                continue  # it may have made done() true
             with self.lock:
                 if self.ended or self.policy.error is not None:
                     return False

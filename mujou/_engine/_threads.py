@@ -266,7 +266,8 @@ class Lent:
 
 
 def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
-    """Worker ``w``'s ``run(batch, start)``, with what it reads bound once (it runs per batch)."""
+    """Worker ``w``'s ``run(batch, start)``, with what it reads bound once (it runs per batch);
+    ``w == engine.workers``: the host's (NOTE [ the host lends its thread ] in ``_batches``)."""
     policy, clock, slots, call, lock = (
         engine.policy,
         engine.clock,
@@ -274,7 +275,8 @@ def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
         engine.hooks.call,
         engine.lock,
     )
-    in_hook = policy.gil.in_hook if policy.gil is not None else None
+    host = w == engine.workers
+    in_hook = policy.gil.in_hook if policy.gil is not None and not host else None
     traced, now_of = engine.hooks.trace is not None, clock.now
     inf = float("inf")
 
@@ -303,6 +305,8 @@ def batch_runner(engine: Engine, w: int) -> Callable[[Batch, float], float]:
             spent += slot.busy_seconds - before
             ran.append(slot)
             if failed is not None:
+                if host and isinstance(failed, KeyboardInterrupt):
+                    raise failed  # the host's, not the hook's (threads.host-interrupt)
                 with lock:
                     engine.report(slot, "on_update", slot.last, failed)
                     policy.update_failed(batch)
