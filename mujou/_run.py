@@ -179,8 +179,14 @@ class Run:
             if undo is not None:
                 undo()
 
+        lender = self._engine.lender
         subscription: Subscription[M] = Subscription._open(
-            checked, maxsize, closed, self._engine.raise_error, self._engine.virtual
+            checked,
+            maxsize,
+            closed,
+            self._engine.raise_error,
+            self._engine.virtual,
+            lend=None if lender is None else lender.run_one,
         )
         self._subscriptions.append(subscription)
         return subscription

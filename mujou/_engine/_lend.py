@@ -28,6 +28,7 @@ import torch
 
 from . import _host_hooks
 from ._batches import HOST, Batch
+from ._hooks import in_hook_thread
 from ._threads import batch_runner
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class Lender:
     def run_one(self) -> bool:
         """Run the update due earliest on the calling (host) thread, if one is due now that no
         thread has begun and the thread's settings allow; whether it ran one. No lock held."""
-        if not fresh_settings():
+        if not fresh_settings() or in_hook_thread():  # a hook's wait runs no other node's update
             return False
         engine = self._engine
         policy = engine.policy
