@@ -206,3 +206,22 @@ def test_an_interrupt_of_the_host_in_an_update_it_runs_is_the_hosts() -> None:
         run.write(echo.x, torch.tensor([5.0]))
         assert value(run.wait_for(echo.y, timeout=HANG_GUARD)) == 6.0
     assert [thread for thread, _ in echo.seen] == [threading.current_thread()] * 2
+
+
+@pytest.mark.rule("threads.host-runs-updates")
+def test_a_write_the_host_does_not_wait_for_still_runs_on_a_worker() -> None:
+    """After round trips the host ran itself (its writes then wake no worker), a write it does
+    not wait for runs on the worker all the same, while the host waits outside the run."""
+    echo = Echo()
+    ran = threading.Event()
+    with busy_worker(echo) as (run, blocker):
+        for k in range(3):
+            run.write(echo.x, torch.tensor([float(k)]))
+            assert value(run.wait_for(echo.y, partial(answers, k), timeout=HANG_GUARD)) == k + 1
+        blocker.release.set()
+        run.sleep(0.05)  # the worker is most likely idle again by then (either way it must run it)
+        echo.action = ran.set
+        run.write(echo.x, torch.tensor([9.0]))
+        assert ran.wait(HANG_GUARD), "the update of the write never ran"
+    host = threading.current_thread()
+    assert [thread.name for thread, _ in echo.seen] == [host.name] * 3 + ["mujou-worker-0"]

@@ -265,7 +265,7 @@ class Run:
         if lender is not None:
             # The update the host waits for may be due: run it before looking, while no worker
             # has begun it (NOTE [ the host lends its thread ]).
-            lender.run_one()
+            lender.answer()
         if latest_matches():
             return found[0]
         self._live("wait_for")

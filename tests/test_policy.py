@@ -628,6 +628,31 @@ def test_the_host_takes_one_update_due_now_earliest_first() -> None:
     assert policy.take_for_host(0.02) is None  # a pause, a job or the stop needs it first
 
 
+@pytest.mark.parametrize("defers", [False, True])
+def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool) -> None:
+    """NOTE [ writes that wake no worker ]: the arrival of a host write leaves the parked
+    worker parked while ``host_defers``; a node's send wakes it either way."""
+    slots = [triggered_slot(0, math.inf), triggered_slot(1, math.inf)]
+    connect(slots[0], slots[1])
+    wire(slots)
+    policy = started_policy(slots, 1)
+    assert policy.next_for_worker(0, 0.0, 0.0) == (PARK, None)
+    policy.host_defers = defers
+    write(policy, slots[0], 0.0, 1.0)
+    assert policy.queue.dues == [0.0]
+    assert policy.wake_worker == (-1 if defers else 0)
+    policy.delivered()
+    batch = policy.take_for_host(0.0)
+    assert batch is not None
+    slot = slots[batch.todo.pop()]
+    begin_update(slot, 0.0, False)
+    batch.ran.append(slot)
+    send(policy, slot, 0.0, 2.0)  # by the host's update: no hand-off; the worker wakes, unless woken
+    assert policy.wake_worker == (0 if defers else -1)
+    policy.host_done()
+    assert not check(policy)
+
+
 def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:
     """A real-time policy whose nodes have started and whose timer runs."""
     policy = Policy(slots, workers, virtual=False, scale=1.0, gil=gil)

@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import _host_hooks
+from ._arrivals import arrived
 from ._batches import HOST, Batch
 from ._hooks import in_hook_thread
 from ._threads import batch_runner
 
 if TYPE_CHECKING:
+    from .._port import _Port
     from ._lifecycle import Engine
 
 _get_ident = threading.get_ident
@@ -63,14 +65,65 @@ def _put_settings_back() -> None:
                 torch.set_autocast_enabled(device, False)
 
 
-class Lender:
-    """What a run's host threads use to run its due updates while they wait."""
+IDLE_LOOKS = 500  # looks in a row that found nothing (a second), after which the writes wake again
 
-    __slots__ = ("_engine", "_run")
+
+class Lender:
+    """What a run's host threads use to run its due updates while they wait.
+
+    NOTE [ writes that wake no worker ]: a host that writes and then waits for the answer
+    runs the update itself (``answer``), and a worker woken by the write found it taken: that
+    wake-up, on another core or in the GIL, cost the host as much as its whole round trip. So
+    once the host ran an update first thing in ``run.wait_for``, its writes wake no worker
+    (``defers``), and the idle workers wait ``_threads.LOOK`` at most instead, so that the
+    update of a write the host does not wait for still starts within about LOOK. A write before
+    the host ran the previous one in a wait, or IDLE_LOOKS looks that found nothing, end it;
+    all under the lock.
+    """
+
+    __slots__ = ("_engine", "_pending", "_run", "defers", "looks")
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._run: Callable[[Batch, float], float] | None = None
+        self.defers = False  # the host's writes wake no worker; idle workers look every LOOK
+        self._pending = False  # a write while deferring, its update not yet run by the host
+        self.looks = 0  # the idle workers' looks in a row that found nothing
+
+    def write_arrived(self, port: _Port) -> None:
+        """A host write on ``port`` (which wakes nodes) arrives: as ``Engine.arrived``, but
+        with no worker woken while the host's writes defer."""
+        engine = self._engine
+        policy = engine.policy
+        with engine.lock:
+            if self._pending:  # the host did not run the last one: wake workers again
+                self.defers = False
+            self._pending = self.defers
+            policy.host_defers = self.defers
+            try:
+                arrived(policy, port, engine.clock.now())
+            finally:
+                policy.host_defers = False
+            if policy.wake:
+                engine.deliver()
+
+    def idle_look(self) -> None:
+        """With the lock held: an idle worker's look (after LOOK) found nothing to do."""
+        self.looks += 1
+        if self.looks > IDLE_LOOKS:
+            self.defers = False
+
+    def answer(self) -> None:
+        """First thing in ``run.wait_for``: run a due update; if it did, the host's writes
+        defer from now on (NOTE [ writes that wake no worker ])."""
+        if self.run_one():
+            self._pending = False
+            if not self.defers:
+                engine = self._engine
+                with engine.lock:
+                    self.defers = True
+                    self.looks = 0
+                    engine.parking.notify_workers()  # to wait LOOK at most from now on
 
     def run_one(self) -> bool:
         """Run the update due earliest on the calling (host) thread, if one is due now that no

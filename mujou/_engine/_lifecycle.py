@@ -405,7 +405,10 @@ class Engine(Instants):
             return
         port._write(message[0], message[1], self.clock.now())
         if port._wakes:
-            self.arrived(port)
+            if self.lender is not None:
+                self.lender.write_arrived(port)  # NOTE [ writes that wake no worker ]
+            else:
+                self.arrived(port)
 
     def stop(self) -> None:
         """Stop the run and wait until every started node's on_stop ran and threads ended."""
