@@ -225,3 +225,25 @@ def test_a_write_the_host_does_not_wait_for_still_runs_on_a_worker() -> None:
         assert ran.wait(HANG_GUARD), "the update of the write never ran"
     host = threading.current_thread()
     assert [thread.name for thread, _ in echo.seen] == [host.name] * 3 + ["mujou-worker-0"]
+
+
+class Saturating(Node):
+    """Always due: each update takes twice its period (the host may run it meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.001, seed=0)
+
+    def on_update(self, dt: float) -> None:
+        threading.Event().wait(0.002)
+
+
+@pytest.mark.rule("run.sleep")
+@pytest.mark.rule("threads.host-runs-updates")
+def test_a_sleep_ends_on_time_while_updates_are_always_due() -> None:
+    """The host runs due updates in run.sleep only until the sleep's end: in a net whose updates
+    are always due it still returns (after the update it runs, if any)."""
+    with hang_guard(HANG_GUARD), mujou.run(Bag(a=Saturating(), b=Saturating()), workers=1) as run:
+        for _ in range(5):
+            before = run.time
+            run.sleep(0.01)
+            assert run.time >= before + 0.01

@@ -199,8 +199,10 @@ class Run:
     ) -> M:
         """Wait until the port's latest message satisfies ``predicate``; return a CPU copy.
 
-        The current latest message is checked first. ``timeout`` is in timer seconds. Under
-        the virtual timer this advances time like :meth:`sleep`. See :ref:`run.wait-for`.
+        The current latest message is checked first (under the real-time timer, once a due
+        update ran on this thread: :ref:`threads.host-runs-updates`). ``timeout`` is in timer
+        seconds. Under the virtual timer this advances time like :meth:`sleep`. See
+        :ref:`run.wait-for`.
 
         Raises:
             TimeoutError: no such message within ``timeout``.

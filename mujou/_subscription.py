@@ -94,7 +94,8 @@ class Subscription(Generic[M]):
         return [cast("M", cpu_copy(message)) for message in messages]
 
     def get(self, timeout: float | None = None) -> M:
-        """The oldest waiting message; waits up to ``timeout`` real seconds for one.
+        """The oldest waiting message; waits up to ``timeout`` real seconds for one, running
+        due updates on this thread meanwhile (:ref:`threads.host-runs-updates`).
 
         Under the virtual timer nothing arrives while the host waits here, so with no message
         waiting ``get`` raises at once: advance the time with ``run.sleep`` (or wait with

@@ -371,7 +371,8 @@ class Engine(Instants):
             seen = self._host_seq
             if done():
                 return True
-            if self.lender is not None and self.lender.run_one():
+            lender = self.lender
+            if lender is not None and (until is None or clock.now() < until) and lender.run_one():
                 continue  # it may have made done() true
             with self.lock:
                 if self.ended or self.policy.error is not None:
