@@ -108,7 +108,7 @@ def test_the_waiting_host_runs_a_due_update_itself_in_each_call_that_waits() -> 
             run.write(echo.x, torch.tensor([2.0]))
             assert value(subscription.get(timeout=HANG_GUARD)) == 3.0
         run.write(echo.x, torch.tensor([3.0]))
-        run.sleep(0.0)
+        run.sleep(0.1)  # its writes wake no worker now: sleep runs the update too
         latest = run.read(echo.y)
         assert latest is not None and value(latest) == 4.0
     assert [thread for thread, _ in echo.seen] == [host] * 3
@@ -240,10 +240,30 @@ class Saturating(Node):
 @pytest.mark.rule("run.sleep")
 @pytest.mark.rule("threads.host-runs-updates")
 def test_a_sleep_ends_on_time_while_updates_are_always_due() -> None:
-    """The host runs due updates in run.sleep only until the sleep's end: in a net whose updates
-    are always due it still returns (after the update it runs, if any)."""
-    with hang_guard(HANG_GUARD), mujou.run(Bag(a=Saturating(), b=Saturating()), workers=1) as run:
+    """After a round trip the host ran (its writes then wake no worker, and it runs due updates
+    in run.sleep too), it runs them only until the sleep's end: in a net whose updates are
+    always due run.sleep still returns (after the update it runs, if any)."""
+    echo = Echo()
+    with hang_guard(HANG_GUARD), mujou.run(Bag(a=Saturating(), b=Saturating(), echo=echo), workers=1) as run:
+        for k in range(20):  # the host's first look may find a Saturating update first
+            run.write(echo.x, torch.tensor([float(k)]))
+            run.wait_for(echo.y, partial(answers, k), timeout=HANG_GUARD)
+            if threading.current_thread() in [thread for thread, _ in echo.seen]:
+                break
         for _ in range(5):
             before = run.time
             run.sleep(0.01)
             assert run.time >= before + 0.01
+
+
+@pytest.mark.rule("threads.host-runs-updates")
+def test_a_host_that_only_sleeps_leaves_the_updates_to_the_workers() -> None:
+    """Before any round trip the host ran itself, run.sleep runs no update: it waits for the
+    busy worker."""
+    echo = Echo()
+    with busy_worker(echo) as (run, blocker):
+        run.write(echo.x, torch.tensor([1.0]))
+        run.sleep(0.05)
+        assert echo.seen == []
+        blocker.release.set()
+        run.wait_for(echo.y, timeout=HANG_GUARD)

@@ -186,7 +186,7 @@ class Run:
             closed,
             self._engine.raise_error,
             self._engine.virtual,
-            lend=None if lender is None else lender.run_one,
+            lend=None if lender is None else lender.answer,
         )
         self._subscriptions.append(subscription)
         return subscription
@@ -343,9 +343,16 @@ class Run:
         if self._engine.virtual:
             self._advance(until, None)
         else:
-            self._engine.wait_real(until, lambda: False)
+            self._engine.wait_real(until, lambda: False, lend=self._lends_in_sleep())
         self._engine.hooks.flush_warnings(stacklevel=stacklevel)
         self._engine.raise_error()
+
+    def _lends_in_sleep(self) -> bool:
+        """Whether ``sleep`` and ``join`` run due updates on the host's thread: only while the
+        host's writes wake no worker (threads.host-runs-updates), so that a host that only
+        sleeps leaves a periodic net's updates to the workers, as the run's ``workers`` say."""
+        lender = self._engine.lender
+        return lender is not None and lender.defers
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the run ends: stopped from another thread, or a hook failed. See :ref:`run.join`.
@@ -362,7 +369,7 @@ class Run:
         if engine.virtual:
             self._advance(until, lambda: engine.ended)
         else:
-            engine.wait_real(until, lambda: engine.ended)
+            engine.wait_real(until, lambda: engine.ended, lend=self._lends_in_sleep())
         if engine.error is not None:
             engine.stop()
             engine.raise_error()

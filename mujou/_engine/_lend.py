@@ -2,7 +2,8 @@
 
 Guarantees:
 - Only inside a host call that waits under the real-time timer (``Engine.wait_real``, used by
-  ``run.wait_for``, ``run.sleep``, ``run.join``; ``Subscription.get``), one update at a time,
+  ``run.wait_for``, and by ``run.sleep`` and ``run.join`` while ``defers``;
+  ``Subscription.get``), one update at a time,
   taken from the policy as a worker takes it (``Workers.take_for_host``): earliest due first,
   and the node held meanwhile, so its hooks stay exclusive (threads.hooks-exclusive). No job
   (``on_start``, ``on_stop``, ``state_dict``, ``load_state_dict``) and no dedicated node's hook.
@@ -113,17 +114,18 @@ class Lender:
         if self.looks > IDLE_LOOKS:
             self.defers = False
 
-    def answer(self) -> None:
-        """First thing in ``run.wait_for``: run a due update; if it did, the host's writes
-        defer from now on (NOTE [ writes that wake no worker ])."""
-        if self.run_one():
-            self._pending = False
-            if not self.defers:
-                engine = self._engine
-                with engine.lock:
-                    self.defers = True
-                    self.looks = 0
-                    engine.parking.notify_workers()  # to wait LOOK at most from now on
+    def answer(self) -> bool:
+        """First thing in ``run.wait_for``, and in ``Subscription.get``: ``run_one``; if it ran
+        an update, the host's writes defer from now on (NOTE [ writes that wake no worker ])."""
+        if not self.run_one():
+            return False
+        if not self.defers:
+            engine = self._engine
+            with engine.lock:
+                self.defers = True
+                self.looks = 0
+                engine.parking.notify_workers()  # to wait LOOK at most from now on
+        return True
 
     def run_one(self) -> bool:
         """Run the update due earliest on the calling (host) thread, if one is due now that no
@@ -159,6 +161,7 @@ class Lender:
             engine.raise_error()
             raise
         self._done()
+        self._pending = False  # the host runs updates as it waits: its writes may defer
         return True
 
     def _done(self) -> None:

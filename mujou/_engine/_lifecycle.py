@@ -362,16 +362,16 @@ class Engine(Instants):
                 return
         waker()
 
-    def wait_real(self, until: float | None, done: Callable[[], bool]) -> bool:
+    def wait_real(self, until: float | None, done: Callable[[], bool], *, lend: bool = True) -> bool:
         """Real-time timer: wait until ``done()``, the timer reaches ``until``, or the run ends
-        (or fails), running due updates meanwhile (``_lend``). ``done`` runs on the host's
-        thread, outside the lock. Whether it became true."""
+        (or fails), running due updates meanwhile when ``lend`` (``_lend``). ``done`` runs on
+        the host's thread, outside the lock. Whether it became true."""
         clock = self.clock
+        lender = self.lender if lend else None
         while True:
             seen = self._host_seq
             if done():
                 return True
-            lender = self.lender
             if lender is not None and (until is None or clock.now() < until) and lender.run_one():
                 continue  # it may have made done() true
             with self.lock:
