@@ -17,9 +17,16 @@ class HookThread(threading.Thread):
     """A thread that runs hooks: a worker, a dedicated node thread or the state thread."""
 
 
+# The idents of the host threads running an update they took while they wait
+# (threads.host-runs-updates; NOTE [ the host lends its thread ] in ``_engine._batches``);
+# changed by that thread only (set.add and set.discard are atomic on every build).
+host_running: set[int] = set()
+
+
 def in_hook_thread() -> bool:
-    """Whether the calling thread is one of Mujou's hook threads."""
-    return isinstance(threading.current_thread(), HookThread)
+    """Whether the calling thread runs hooks: one of Mujou's threads, or a host's thread while
+    it runs an update (threads.host-runs-updates)."""
+    return isinstance(threading.current_thread(), HookThread) or threading.get_ident() in host_running
 
 
 class WarningQueue(Protocol):

@@ -179,8 +179,14 @@ class Run:
             if undo is not None:
                 undo()
 
+        lender = self._engine.lender
         subscription: Subscription[M] = Subscription._open(
-            checked, maxsize, closed, self._engine.raise_error, self._engine.virtual
+            checked,
+            maxsize,
+            closed,
+            self._engine.raise_error,
+            self._engine.virtual,
+            lend=None if lender is None else lender.answer,
         )
         self._subscriptions.append(subscription)
         return subscription
@@ -193,8 +199,10 @@ class Run:
     ) -> M:
         """Wait until the port's latest message satisfies ``predicate``; return a CPU copy.
 
-        The current latest message is checked first. ``timeout`` is in timer seconds. Under
-        the virtual timer this advances time like :meth:`sleep`. See :ref:`run.wait-for`.
+        The current latest message is checked first (under the real-time timer, once a due
+        update ran on this thread: :ref:`threads.host-runs-updates`). ``timeout`` is in timer
+        seconds. Under the virtual timer this advances time like :meth:`sleep`. See
+        :ref:`run.wait-for`.
 
         Raises:
             TimeoutError: no such message within ``timeout``.
@@ -255,6 +263,11 @@ class Run:
         found: list[M],
     ) -> M:
         engine = self._engine
+        lender = engine.lender
+        if lender is not None:
+            # The update the host waits for may be due: run it before looking, while no worker
+            # has begun it (NOTE [ the host lends its thread ]).
+            lender.answer()
         if latest_matches():
             return found[0]
         self._live("wait_for")
@@ -330,9 +343,16 @@ class Run:
         if self._engine.virtual:
             self._advance(until, None)
         else:
-            self._engine.wait_real(until, lambda: False)
+            self._engine.wait_real(until, lambda: False, lend=self._lends_in_sleep())
         self._engine.hooks.flush_warnings(stacklevel=stacklevel)
         self._engine.raise_error()
+
+    def _lends_in_sleep(self) -> bool:
+        """Whether ``sleep`` and ``join`` run due updates on the host's thread: only while the
+        host's writes wake no worker (threads.host-runs-updates), so that a host that only
+        sleeps leaves a periodic net's updates to the workers, as the run's ``workers`` say."""
+        lender = self._engine.lender
+        return lender is not None and lender.defers
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the run ends: stopped from another thread, or a hook failed. See :ref:`run.join`.
@@ -349,7 +369,7 @@ class Run:
         if engine.virtual:
             self._advance(until, lambda: engine.ended)
         else:
-            engine.wait_real(until, lambda: engine.ended)
+            engine.wait_real(until, lambda: engine.ended, lend=self._lends_in_sleep())
         if engine.error is not None:
             engine.stop()
             engine.raise_error()

@@ -34,6 +34,7 @@ class Subscription(Generic[M]):
     _on_close: Callable[[Subscription[Any]], None]
     _raise_error: Callable[[], None]
     _virtual: bool
+    _lend: Callable[[], bool] | None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("mujou.Subscription has no public constructor; use run.subscribe(port)")
@@ -46,10 +47,15 @@ class Subscription(Generic[M]):
         on_close: Callable[[Subscription[Any]], None],
         raise_error: Callable[[], None],
         virtual: bool,
+        *,
+        lend: Callable[[], bool] | None = None,
     ) -> Subscription[M]:
+        """``lend``: runs a due update on the calling thread while ``get`` waits, and says
+        whether it did (threads.host-runs-updates); None: ``get`` only waits."""
         self = cls.__new__(cls)
         self._raise_error = raise_error  # raises the run's error, if a hook failed
         self._virtual = virtual
+        self._lend = lend
         self._port = port
         self._cond = threading.Condition()
         self._buffer = deque()
@@ -88,7 +94,8 @@ class Subscription(Generic[M]):
         return [cast("M", cpu_copy(message)) for message in messages]
 
     def get(self, timeout: float | None = None) -> M:
-        """The oldest waiting message; waits up to ``timeout`` real seconds for one.
+        """The oldest waiting message; waits up to ``timeout`` real seconds for one, running
+        due updates on this thread meanwhile (:ref:`threads.host-runs-updates`).
 
         Under the virtual timer nothing arrives while the host waits here, so with no message
         waiting ``get`` raises at once: advance the time with ``run.sleep`` (or wait with
@@ -103,26 +110,41 @@ class Subscription(Generic[M]):
         deadline = (
             None if timeout is None else time.monotonic() + non_negative("timeout", timeout, optional=True)
         )
-        with self._cond:
-            while not self._buffer:
-                if self._closed:
-                    raise RuntimeError("the subscription is closed")
-                self._raise_error()
-                if self._ended:
-                    raise RuntimeError("the run has ended and no message is left")
-                if self._virtual:
-                    raise RuntimeError(
-                        "Subscription.get(): no message is waiting, and under the virtual timer "
-                        "none arrives while the host waits here; advance the time with "
-                        "run.sleep() (or wait with run.wait_for()) first, then drain() or get()"
-                    )
+        lend = self._lend
+        taken: list[object] = []  # the message, copied outside the lock
+        while not taken:
+            with self._cond:
+                if self._buffer:
+                    taken.append(self._buffer.popleft())
+                    break
+                self._check_waiting()
                 # In slices, so that a KeyboardInterrupt of the host is seen (run.interrupt).
                 left = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
                 if left <= 0:
                     raise queue.Empty
-                self._cond.wait(left)
-            message = self._buffer.popleft()
-        return cast("M", cpu_copy(message))
+                if lend is None:
+                    self._cond.wait(left)
+                    continue
+            # No lock held: the update it runs may send to this subscription.
+            if not lend():
+                with self._cond:
+                    if not self._buffer:
+                        self._cond.wait(left)
+        return cast("M", cpu_copy(taken[0]))
+
+    def _check_waiting(self) -> None:
+        """With the lock held and no message waiting: raise if none can come."""
+        if self._closed:
+            raise RuntimeError("the subscription is closed")
+        self._raise_error()
+        if self._ended:
+            raise RuntimeError("the run has ended and no message is left")
+        if self._virtual:
+            raise RuntimeError(
+                "Subscription.get(): no message is waiting, and under the virtual timer "
+                "none arrives while the host waits here; advance the time with "
+                "run.sleep() (or wait with run.wait_for()) first, then drain() or get()"
+            )
 
     def close(self) -> None:
         """Stop receiving messages; the waiting ones are dropped."""

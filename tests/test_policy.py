@@ -22,7 +22,7 @@ import torch
 
 import mujou
 from mujou._engine._arrivals import arrived, wire
-from mujou._engine._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
+from mujou._engine._batches import EXIT, HOST, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
@@ -156,6 +156,11 @@ class World:
         self.started = False
         self.collecting = False
         self.steps = 0
+        # The host's thread runs due updates while it waits (Policy.take_for_host): the one
+        # it popped and runs, -1 for none; in some runs it never does.
+        self.lends = self.rng.random() < 0.5
+        self.lent = -1
+        self.lent_updates = 0
 
     # -- the engine's side ---------------------------------------------------------------
 
@@ -184,6 +189,8 @@ class World:
 
     def check(self) -> None:
         current = [(self._holder(t), t.current) for t in self.threads if t.current >= 0]
+        if self.lent >= 0:
+            current.append((HOST, self.lent))
         problems = check(self.policy, current)
         assert not problems, (self.steps, problems)
         self.check_live()
@@ -434,9 +441,39 @@ class World:
 
     ended = False
 
+    def lend(self) -> bool:
+        """The host's thread, as it waits: take the update due earliest, or run the one it
+        took and give it back; whether it did either."""
+        policy = self.policy
+        if self.lent < 0:
+            batch = policy.take_for_host(self.now)
+            if batch is None:
+                return False
+            assert batch is policy.batch[policy.workers] and len(batch.todo) == 1
+            assert batch.due <= self.now
+            self.lent = batch.todo.pop()
+            return True
+        batch = policy.batch[policy.workers]
+        slot = self.slots[self.lent]
+        self.begin(slot, self.now)
+        batch.ran.append(slot)
+        self.lent = -1
+        self.lent_updates += 1
+        self.send(slot)
+        if self.rng.random() < self.fail_rate:
+            slot.hook = "on_update"
+            policy.fail(slot, RuntimeError(f"{slot.name} failed"))
+            policy.update_failed(batch)
+        policy.host_done()
+        return True
+
     def host(self) -> bool:
         """One move of the host or the clock when no thread can act; False when none is left."""
         policy = self.policy
+        if self.lent >= 0 or (self.lends and self.lend()):
+            if self.lent >= 0:
+                self.lend()
+            return True
         if self.collecting and policy.pending == 0:
             policy.release_pause()
             self.collecting = False
@@ -461,6 +498,8 @@ class World:
             if thread in self.parked_workers:
                 self.parked_workers.remove(thread)
             thread.state, thread.deadline, thread.wakeable = "ready", math.inf, True
+            if self.lends and self.rng.random() < 0.5:  # the host looks before the thread asks
+                self.lend()
             if thread.keeping:  # the KEEP sleep timed out: run the kept batch, as the worker does
                 thread.keeping = False
                 kept = policy.run_kept(thread.worker, self.now)
@@ -481,6 +520,8 @@ class World:
         """Something the host does now and then: take the state, or stop."""
         policy = self.policy
         roll = self.rng.random()
+        if self.lends and self.rng.random() < 0.2:
+            self.lend()
         if roll < 0.02 and not self.collecting and not policy.stopping and policy.busy == 0 and policy.paused:
             jobs = policy.take_states()
             self.collecting = True
@@ -555,6 +596,62 @@ def test_random_hand_offs(seed: int) -> None:
     next (NOTE [ handing off ]), another worker may take them from its shared batch, and the
     batch puts them back when it ends first."""
     World(seed, virtual=False, workers=1 + seed % 3, gil=seed % 2 == 1, send_rate=0.5).run()
+
+
+@pytest.mark.parametrize("first", range(0, 100, 10))
+def test_random_runs_in_which_the_host_runs_due_updates(first: int) -> None:
+    """The real-time timer: the host's thread takes due updates as it waits (NOTE [ the host
+    lends its thread ]), from the queue or a shared batch, between the workers' steps."""
+    lent = []
+    for seed in range(first, first + 10):
+        world = World(seed, virtual=False, workers=1 + seed % 3, gil=seed % 2 == 1, send_rate=0.5)
+        world.lends = True
+        world.run()
+        lent.append(world.lent_updates)
+    assert sum(count > 0 for count in lent) >= 5, lent  # a net may fail early, or have no worker node
+
+
+def test_the_host_takes_one_update_due_now_earliest_first() -> None:
+    slots = [triggered_slot(i, 0.01) for i in range(3)]
+    policy = started_policy(slots, 1)
+    assert policy.take_for_host(0.005) is None  # nothing due yet
+    batch = policy.take_for_host(0.01)
+    assert batch is not None and batch.todo == [0]  # registration order among equal due times
+    assert policy.holder[0] == HOST and policy.busy == 1
+    assert policy.queue.dues == [0.01]  # the others stay due
+    assert not check(policy)
+    batch.todo.pop()
+    begin_update(slots[0], 0.01, False)
+    batch.ran.append(slots[0])
+    policy.host_done()
+    assert policy.holder[0] == 0 and policy.busy == 0 and not check(policy)
+    policy.pause()
+    assert policy.take_for_host(0.02) is None  # a pause, a job or the stop needs it first
+
+
+@pytest.mark.parametrize("defers", [False, True])
+def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool) -> None:
+    """NOTE [ writes that wake no worker ]: the arrival of a host write leaves the parked
+    worker parked while ``host_defers``; a node's send wakes it either way."""
+    slots = [triggered_slot(0, math.inf), triggered_slot(1, math.inf)]
+    connect(slots[0], slots[1])
+    wire(slots)
+    policy = started_policy(slots, 1)
+    assert policy.next_for_worker(0, 0.0, 0.0) == (PARK, None)
+    policy.host_defers = defers
+    write(policy, slots[0], 0.0, 1.0)
+    assert policy.queue.dues == [0.0]
+    assert policy.wake_worker == (-1 if defers else 0)
+    policy.delivered()
+    batch = policy.take_for_host(0.0)
+    assert batch is not None
+    slot = slots[batch.todo.pop()]
+    begin_update(slot, 0.0, False)
+    batch.ran.append(slot)
+    send(policy, slot, 0.0, 2.0)  # by the host's update: no hand-off; the worker wakes, unless woken
+    assert policy.wake_worker == (0 if defers else -1)
+    policy.host_done()
+    assert not check(policy)
 
 
 def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:

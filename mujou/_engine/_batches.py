@@ -20,6 +20,7 @@ from ._slot import Job, Slot
 
 FREE = 0  # holder: in no thread's hands
 QUEUED_JOB = -1  # holder: a job is queued for the node
+HOST = -2  # holder: the host's thread runs its update (Workers.take_for_host)
 # A thread's holder number is > 0: worker w is w + 1; then the dedicated threads, one per
 # dedicated node (dedicated_holder); then the state thread (state_holder).
 
@@ -89,7 +90,7 @@ class Workers:
 
     def __init__(self, workers: int, worker_nodes: int, *, virtual: bool, gil: bool) -> None:
         self.queue = DueQueue()  # worker nodes waiting for their next update
-        self.batch = [Batch() for _ in range(workers)]  # each worker's
+        self.batch = [Batch() for _ in range(workers + 1)]  # each worker's, then the host's
         self.shared: list[Batch] = []  # batches being run that other workers may take from
         self.gil = HoldBack(workers) if workers > 1 and gil else None  # NOTE in _gil.py
         # The timer time each idle worker wakes at by itself (inf: parked; -inf: not idle).
@@ -232,6 +233,55 @@ class Workers:
             return RUN, taken
         raise MujouInternalError("internal error in Mujou: a worker found no update it could take")
 
+    def take_for_host(self, now: float) -> Batch | None:
+        """The update due earliest, if it is due at ``now`` and no thread has begun it, for the
+        host's thread to run (its batch: ``batch[workers]``, holder HOST); None when there is
+        none, or a job, a pause or the stop needs it first. ``host_done`` puts it back.
+
+        NOTE [ the host lends its thread ]: a host that waits for a message (``run.wait_for``
+        after a ``run.write``) waited for two hand-offs between threads, to a worker and back,
+        each a wake-up of a sleeping thread: more than the update takes. So while the host
+        waits under the real-time timer its thread runs the due updates itself, one at a
+        time, taken as a worker takes them (earliest due first), between looks at what it
+        waits for. The workers are woken as before, whoever runs the update: the host takes
+        only what is due when it looks, and a worker woken for it finds it taken. Under the
+        virtual timer the host moves the time and the instants run on the workers.
+        """
+        if self.virtual or not self.running or self.jobs or self.paused or self.stopping:
+            return None
+        for _ in range(len(self.shared) + 1):
+            due, other = self._earliest()
+            if due > now:
+                return None
+            if other is None:
+                todo = self.queue.pop_all()
+                index = todo.pop()
+                if todo:  # the others stay due, in the queue
+                    todo.reverse()
+                    self.queue.push_all(due, todo)
+                self.busy += 1
+            else:  # counted in busy already, as its batch's
+                try:
+                    index = other.todo.pop()
+                except IndexError:  # its worker took the last one meanwhile
+                    continue
+                if other.todo:
+                    self._wake_idle(other.due)  # for the rest, in case both hooks block
+            self.holder[index] = HOST
+            batch = self.batch[self.workers]
+            batch.due, batch.todo, batch.handed = due, [index], 0
+            return batch
+        return None
+
+    def host_done(self) -> None:
+        """The host's thread ran (or began) the update ``take_for_host`` gave it: it goes back,
+        and a worker sleeping past the next due update wakes for it, besides one woken
+        already: the host asks no more, as a worker that puts its batch back does."""
+        self._put_back(self.workers, self.batch[self.workers])
+        due = self._earliest()[0]
+        if due < math.inf:
+            self._wake_idle(due, exact=True, another=True)
+
     def _idle(self, w: int, kind: int, wait: float, now: float = 0.0) -> tuple[int, Any]:
         """Worker ``w`` waits: PARK, or ``wait`` real seconds from timer time ``now``."""
         if kind == PARK:
@@ -353,7 +403,7 @@ class Workers:
 
     def _put_back(self, w: int, batch: Batch) -> None:
         """The nodes of ``batch`` go back: those that ran, and those left."""
-        if self.gil is not None:
+        if self.gil is not None and w < self.workers:  # the host's batch has no hold-back
             self.gil.in_hook[w] = 0.0
         if batch.shared:
             self.shared.remove(batch)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .._errors import GlobalRandomWarning, LeakedSettingWarning
-from .._in_run import in_hook_thread
+from .._in_run import HookThread
 from .._trace import Recorder
 from ._slot import Slot
 
@@ -72,9 +72,10 @@ class Hooks:
         began = _perf_counter()
         try:
             if streams is not None:
-                # On the host's thread (state_dict once the run has ended), put its own device
-                # and streams back afterwards: the host's later work is not the node's.
-                restore_host = streams.make_current(keep=not in_hook_thread())
+                # On the host's thread (state_dict once the run has ended, an update it runs
+                # while it waits), put its own device and streams back afterwards: the host's
+                # later work is not the node's.
+                restore_host = streams.make_current(keep=not isinstance(_current_thread(), HookThread))
                 if hook == "state_dict":
                     streams.wait()  # cuda.wait-state-dict: before, and after below
             if profiler_flags.get("_is_profiler_enabled", False):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ._batches import FREE, QUEUED_JOB
+from ._batches import FREE, HOST, QUEUED_JOB
 from ._policy import Policy
 
 
@@ -54,6 +54,8 @@ def check(policy: Policy, current: Iterable[tuple[int, int]] = ()) -> list[str]:
         elif where and where[0].startswith(("batch", "ran", "running", "jobrunning")):
             number = int(where[0].lstrip("abcdefghijklmnopqrstuvwxyz"))
             expected = number + 1 if where[0].startswith(("batch", "ran")) else number
+            if where[0].startswith(("batch", "ran")) and number == policy.workers:
+                expected = HOST  # the host's batch (take_for_host)
             if held != expected:
                 problems.append(f"node {index} is in {where[0]} but held by {held}")
         elif not where and held != FREE:

@@ -49,6 +49,7 @@ from ._collect import state_tree
 from ._exit import live
 from ._hooks import Hooks
 from ._instants import Instants
+from ._lend import Lender
 from ._policy import Policy
 from ._restore import check_schedule, restore_schedule
 from ._slot import RESTORE, START, Job, Slot
@@ -117,6 +118,8 @@ class Engine(Instants):
         self.threads_started = False
         assert not lent or (self.virtual and isinstance(threading.current_thread(), HookThread))
         self.lent: Lent | None = Lent(self) if lent else None
+        # The host's thread runs due worker updates while it waits (NOTE [ the host lends its thread ]).
+        self.lender: Lender | None = Lender(self) if not self.virtual and workers > 0 else None
         self._threads: list[threading.Thread] = [
             HookThread(
                 target=guarded, args=(self, i + 1, worker_main, i), name=f"mujou-worker-{i}", daemon=True
@@ -363,14 +366,18 @@ class Engine(Instants):
                 return
         waker()
 
-    def wait_real(self, until: float | None, done: Callable[[], bool]) -> bool:
+    def wait_real(self, until: float | None, done: Callable[[], bool], *, lend: bool = True) -> bool:
         """Real-time timer: wait until ``done()``, the timer reaches ``until``, or the run ends
-        (or fails). ``done`` runs on the host's thread, outside the lock. Whether it became true."""
+        (or fails), running due updates meanwhile when ``lend`` (``_lend``). ``done`` runs on
+        the host's thread, outside the lock. Whether it became true."""
         clock = self.clock
+        lender = self.lender if lend else None
         while True:
             seen = self._host_seq
             if done():
                 return True
+            if lender is not None and (until is None or clock.now() < until) and lender.run_one():
+                continue  # it may have made done() true
             with self.lock:
                 if self.ended or self.policy.error is not None:
                     return False
@@ -403,7 +410,10 @@ class Engine(Instants):
             return
         port._write(message[0], message[1], self.clock.now())
         if port._wakes:
-            self.arrived(port)
+            if self.lender is not None:
+                self.lender.write_arrived(port)  # NOTE [ writes that wake no worker ]
+            else:
+                self.arrived(port)
 
     def stop(self) -> None:
         """Stop the run and wait until every started node's on_stop ran and threads ended."""

@@ -45,6 +45,7 @@ class Policy(Ending):
         "error",
         "gil",
         "holder",
+        "host_defers",
         "host_pause",
         "instant",
         "jobs",
@@ -107,6 +108,9 @@ class Policy(Ending):
         self.wake_nodes: list[Slot] = []  # dedicated nodes whose thread has something to do
         self.wake_worker = -1  # a parked worker to wake (one that has no timeout)
         self.wake_host = False
+        # Set by the engine during a host write's arrivals only: they wake no worker, as idle
+        # workers look often meanwhile (NOTE [ the host lends its thread ] in _batches).
+        self.host_defers = False
 
     # -- holders ---------------------------------------------------------------------------
 
@@ -417,7 +421,7 @@ class Policy(Ending):
         if by is not None and due <= now and self._hand_off(slot, by):
             return
         self.queue.push(due, slot.index)
-        if not self.virtual:
+        if not self.virtual and not (by is None and self.host_defers):
             self._wake_idle(due, exact=True, another=True)
 
     def _hand_off(self, slot: Slot, by: Slot) -> bool:

@@ -21,15 +21,26 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, WATCH, Batch
+from ._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from ._slot import HOOK_OF_JOB, RESTORE, START, STATE, Job, Slot
 from ._update import UpdateEngine, batch_runner, begin_update
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
+# Real seconds: the longest an idle worker waits while the host's writes wake no worker, so
+# that the update of a write the host does not wait for starts within about this (``_lend``).
+LOOK = 0.002
 _yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))  # releases the GIL
 _perf_counter = time.perf_counter
 # The CPU clock of a thread, by its ident (Unix): what tells a hook waiting outside the GIL.
 _thread_cpu_clock: Callable[[int], int] | None = getattr(time, "pthread_getcpuclockid", None)
+
+
+class Lending(Protocol):
+    """What an idle worker reads of the host's lending (``_lend.Lender``)."""
+
+    @property
+    def defers(self) -> bool: ...
+    def idle_look(self) -> None: ...
 
 
 class Engine(UpdateEngine, Protocol):
@@ -37,6 +48,10 @@ class Engine(UpdateEngine, Protocol):
     Protocol, so that this module does not import it)."""
 
     parking: Parking
+
+    @property
+    def lender(self) -> Lending | None: ...
+
     cpu_clocks: CpuClocks | None
     worker_busy: list[float]
 
@@ -208,7 +223,19 @@ def _work(
 
 def _idle(engine: Engine, w: int, kind: int, arg: Any) -> tuple[Batch, float] | None:
     """With the lock held, worker ``w`` waits as the policy said (KEEP, SLEEP, PARK, WATCH or
-    SPIN); the batch it kept and the time now, when it is to run that batch at once."""
+    SPIN); the batch it kept and the time now, when it is to run that batch at once.
+
+    While the host's writes wake no worker (NOTE [ writes that wake no worker ] in ``_lend``)
+    it waits LOOK at most, then asks again: a timed wait that ends early is one the policy
+    already allows for (a notify that came first)."""
+    lender = engine.lender
+    if lender is not None and lender.defers and kind != SPIN:
+        if kind == PARK:
+            if not engine.parking.wait(w, LOOK, True):
+                lender.idle_look()
+            return None
+        if arg > LOOK:
+            arg = LOOK
     if kind == KEEP:
         if not _wait_timed(engine, w, arg, True):
             now = engine.clock.now()

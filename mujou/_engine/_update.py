@@ -144,10 +144,12 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
 
 
 def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float]:
-    """Worker ``w``'s ``run(batch, start)``, with what it reads bound once (it runs per batch)."""
+    """Worker ``w``'s ``run(batch, start)``, with what it reads bound once (it runs per batch);
+    ``w == engine.workers``: the host's (NOTE [ the host lends its thread ] in ``_batches``)."""
     policy, clock, slots, hooks, lock = engine.policy, engine.clock, engine.slots, engine.hooks, engine.lock
     call = hooks.call
-    in_hook = policy.gil.in_hook if policy.gil is not None else None
+    host = w == engine.workers
+    in_hook = policy.gil.in_hook if policy.gil is not None and not host else None
     traced, now_of = hooks.trace is not None, clock.now
     one_worker = engine.workers == 1
     inf = float("inf")
@@ -213,6 +215,8 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 grad, inference = _is_grad_enabled(), _is_inference_mode_enabled()
             ran.append(slot)
             if failed is not None:
+                if host and isinstance(failed, KeyboardInterrupt):
+                    raise failed  # the host's, not the hook's (threads.host-interrupt)
                 with lock:
                     engine.report(slot, "on_update", slot.last, failed)
                     policy.update_failed(batch)

@@ -1,0 +1,180 @@
+"""The host's thread runs due updates while it waits (NOTE [ the host lends its thread ]).
+
+Guarantees:
+- Only inside a host call that waits under the real-time timer (``Engine.wait_real``, used by
+  ``run.wait_for``, and by ``run.sleep`` and ``run.join`` while ``defers``;
+  ``Subscription.get``), one update at a time,
+  taken from the policy as a worker takes it (``Workers.take_for_host``): earliest due first,
+  and the node held meanwhile, so its hooks stay exclusive (threads.hooks-exclusive). No job
+  (``on_start``, ``on_stop``, ``state_dict``, ``load_state_dict``) and no dedicated node's hook.
+- The update runs through the workers' own runner (``_update.batch_runner``), so in the
+  node's context, with its generator, streams and checks, as on a worker. While it runs the
+  thread counts as a hook thread (``in_hook_thread``: the host's calls that wait refuse it).
+- Per-thread torch settings (threads.host-thread-settings): the thread lends itself only
+  while its own are a new thread's (grad mode on, inference mode off, no autocast, no torch
+  function or dispatch mode), which a hook sees on a worker no hook changed; afterwards
+  grad mode and autocast are put back to those.
+- A KeyboardInterrupt that reaches the thread in the hook ends that update and propagates to
+  the host (threads.host-interrupt). Any other exception in Mujou's code here stops the run
+  with ``MujouInternalError``, which the host's call raises (run.internal-error).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+from .. import _in_run
+from .._in_run import in_hook_thread
+from ._arrivals import arrived
+from ._batches import HOST, Batch
+from ._threads import Engine as ThreadsEngine
+from ._update import batch_runner
+
+if TYPE_CHECKING:
+    from .._port import _Port
+
+_get_ident = threading.get_ident
+_is_grad_enabled = torch.is_grad_enabled
+_is_inference_mode_enabled = torch.is_inference_mode_enabled
+_is_any_autocast_enabled = torch._C._is_any_autocast_enabled
+_function_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+def fresh_settings() -> bool:
+    """Whether the calling thread's per-thread torch settings are those of a new thread."""
+    return (
+        _is_grad_enabled()
+        and not _is_inference_mode_enabled()
+        and not _is_any_autocast_enabled()
+        and not _function_modes()
+        and not _dispatch_modes()
+    )
+
+
+def _put_settings_back() -> None:
+    """After a hook that left grad mode or autocast changed: a new thread's again."""
+    if not _is_grad_enabled():
+        torch.set_grad_enabled(True)
+    if _is_any_autocast_enabled():
+        for device in torch._C._autocast_supported_devices():
+            if torch.is_autocast_enabled(device):
+                torch.set_autocast_enabled(device, False)
+
+
+class Engine(ThreadsEngine, Protocol):
+    """What the lender uses of the run's engine (``_lifecycle.Engine``, which makes it: a
+    Protocol, so that this module does not import it)."""
+
+    def raise_error(self) -> None: ...
+
+
+IDLE_LOOKS = 500  # looks in a row that found nothing (a second), after which the writes wake again
+
+
+class Lender:
+    """What a run's host threads use to run its due updates while they wait.
+
+    NOTE [ writes that wake no worker ]: a host that writes and then waits for the answer
+    runs the update itself (``answer``), and a worker woken by the write found it taken: that
+    wake-up, on another core or in the GIL, cost the host as much as its whole round trip. So
+    once the host ran an update first thing in ``run.wait_for``, its writes wake no worker
+    (``defers``), and the idle workers wait ``_threads.LOOK`` at most instead, so that the
+    update of a write the host does not wait for still starts within about LOOK. A write before
+    the host ran the previous one in a wait, or IDLE_LOOKS looks that found nothing, end it;
+    all under the lock.
+    """
+
+    __slots__ = ("_engine", "_pending", "_run", "defers", "looks")
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._run: Callable[[Batch, float], float] | None = None
+        self.defers = False  # the host's writes wake no worker; idle workers look every LOOK
+        self._pending = False  # a write while deferring, its update not yet run by the host
+        self.looks = 0  # the idle workers' looks in a row that found nothing
+
+    def write_arrived(self, port: _Port) -> None:
+        """A host write on ``port`` (which wakes nodes) arrives: as ``Engine.arrived``, but
+        with no worker woken while the host's writes defer."""
+        engine = self._engine
+        policy = engine.policy
+        with engine.lock:
+            if self._pending:  # the host did not run the last one: wake workers again
+                self.defers = False
+            self._pending = self.defers
+            policy.host_defers = self.defers
+            try:
+                arrived(policy, port, engine.clock.now())
+            finally:
+                policy.host_defers = False
+            if policy.wake:
+                engine.deliver()
+
+    def idle_look(self) -> None:
+        """With the lock held: an idle worker's look (after LOOK) found nothing to do."""
+        self.looks += 1
+        if self.looks > IDLE_LOOKS:
+            self.defers = False
+
+    def answer(self) -> bool:
+        """First thing in ``run.wait_for``, and in ``Subscription.get``: ``run_one``; if it ran
+        an update, the host's writes defer from now on (NOTE [ writes that wake no worker ])."""
+        if not self.run_one():
+            return False
+        if not self.defers:
+            engine = self._engine
+            with engine.lock:
+                self.defers = True
+                self.looks = 0
+                engine.parking.notify_workers()  # to wait LOOK at most from now on
+        return True
+
+    def run_one(self) -> bool:
+        """Run the update due earliest on the calling (host) thread, if one is due now that no
+        thread has begun and the thread's settings allow; whether it ran one. No lock held."""
+        if not fresh_settings() or in_hook_thread():  # a hook's wait runs no other node's update
+            return False
+        engine = self._engine
+        policy = engine.policy
+        with engine.lock:
+            now = engine.clock.now()
+            batch = policy.take_for_host(now)
+            if batch is None:
+                return False
+        ident = _get_ident()
+        try:
+            run = self._run
+            if run is None:
+                run = self._run = batch_runner(engine, engine.workers)
+            _in_run.host_running.add(ident)
+            try:
+                run(batch, now)
+            finally:
+                _in_run.host_running.discard(ident)
+                if not fresh_settings():
+                    _put_settings_back()
+        except KeyboardInterrupt:  # the host's (threads.host-interrupt): the update ends there
+            self._done()
+            raise
+        except BaseException as exc:  # Mujou's own code failed: hooks' exceptions are caught
+            with engine.lock:
+                policy.host_done()
+                engine.crashed_locked(HOST, exc, exits=False)
+            engine.raise_error()
+            raise
+        self._done()
+        self._pending = False  # the host runs updates as it waits: its writes may defer
+        return True
+
+    def _done(self) -> None:
+        """Give the update back to the policy, and wake whom it asks for."""
+        engine = self._engine
+        with engine.lock:
+            engine.policy.host_done()
+            if engine.policy.wake:
+                engine.deliver()

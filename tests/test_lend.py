@@ -1,0 +1,85 @@
+"""The host's thread running a due update (``_engine._lend``): Mujou's own failures there."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+import mujou
+from mujou import Input, Net, Node, Output
+from mujou._engine import _slot, _threads
+
+HANG_GUARD = 30.0  # seconds; reached only when something hangs (conftest's guard is longer)
+
+
+class Bag(Net):
+    def __init__(self, **nodes: Node) -> None:
+        super().__init__()
+        for name, node in nodes.items():
+            setattr(self, name, node)
+
+
+class Blocker(Node):
+    """Triggered by ``go``: holds the run's one worker until ``release`` is set."""
+
+    go = Input(optional=True)
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("go"), seed=0)
+        self.inside = threading.Event()
+        self.release = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        self.inside.set()
+        self.release.wait(HANG_GUARD)
+
+
+class Echo(Node):
+    x = Input(optional=True)
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+        self.stopped = False
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        assert x is not None
+        self.y.send(x + 1)
+
+    def on_stop(self) -> None:
+        self.stopped = True
+
+
+def test_an_error_of_mujou_on_the_lent_host_thread_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run.internal-error: an exception in Mujou's code while the host runs an update stops
+    the run with MujouInternalError, raised by the host's call; the node it held gets no more
+    hooks (as a worker's, its state is unknown), and the stop does not wait for it."""
+    host = threading.get_ident()
+    begin = _slot.begin_update
+
+    def failing(*args: Any) -> float:
+        if threading.get_ident() == host:
+            raise RuntimeError("planted")
+        return begin(*args)
+
+    monkeypatch.setattr(_threads, "begin_update", failing)
+    blocker, echo = Blocker(), Echo()
+    run = mujou.run(Bag(blocker=blocker, echo=echo), workers=1)
+    try:
+        run.write(blocker.go, torch.zeros(1))
+        assert blocker.inside.wait(HANG_GUARD)
+        run.write(echo.x, torch.ones(1))
+        with pytest.raises(mujou.MujouInternalError) as caught:
+            run.wait_for(echo.y, timeout=HANG_GUARD)
+        assert isinstance(caught.value.__cause__, RuntimeError)
+        assert threading.current_thread().name in str(caught.value)
+    finally:
+        blocker.release.set()
+    with pytest.raises(mujou.MujouInternalError):
+        run.stop()
+    assert not run.running
+    assert not echo.stopped  # held in its update when Mujou failed: no more hooks, as on a worker
