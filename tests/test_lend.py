@@ -10,7 +10,7 @@ import torch
 
 import mujou
 from mujou import Input, Net, Node, Output
-from mujou._engine import _slot, _threads
+from mujou._engine import _update
 
 HANG_GUARD = 30.0  # seconds; reached only when something hangs (conftest's guard is longer)
 
@@ -59,14 +59,14 @@ def test_an_error_of_mujou_on_the_lent_host_thread_stops_the_run(monkeypatch: py
     the run with MujouInternalError, raised by the host's call; the node it held gets no more
     hooks (as a worker's, its state is unknown), and the stop does not wait for it."""
     host = threading.get_ident()
-    begin = _slot.begin_update
+    begin = _update.begin_update
 
     def failing(*args: Any) -> float:
         if threading.get_ident() == host:
             raise RuntimeError("planted")
         return begin(*args)
 
-    monkeypatch.setattr(_threads, "begin_update", failing)
+    monkeypatch.setattr(_update, "begin_update", failing)
     blocker, echo = Blocker(), Echo()
     run = mujou.run(Bag(blocker=blocker, echo=echo), workers=1)
     try:
