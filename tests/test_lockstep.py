@@ -7,7 +7,7 @@ import _thread
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -26,6 +26,7 @@ class Volley(Node):
 
     x = Input()
     y = Output()
+    state_exclude: ClassVar[tuple[str, ...]] = ("hold",)  # where the test holds it, not state
 
     def __init__(self, hold: str | None = None) -> None:
         super().__init__(period=PERIOD, seed=0)
@@ -50,6 +51,18 @@ class Rally(Net):
         self.pong = Volley(hold)
         self.connect(self.ping.y, self.pong.x)
         self.connect(self.pong.y, self.ping.x)
+
+
+def assert_trees_equal(a: object, b: object, path: str = "tree") -> None:
+    """Two state trees are identical: same keys, every tensor equal, every other leaf equal."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), path
+        for key in a:
+            assert_trees_equal(a[key], b[key], f"{path}[{key!r}]")
+    else:
+        assert type(a) is type(b) and a == b, f"{path}: {a!r} vs {b!r}"
 
 
 def _run(net: Rally) -> mujou.Run:
@@ -86,7 +99,9 @@ def test_an_interrupted_sleep_ends_at_a_whole_tag_and_the_run_goes_on_as_if_it_h
     time gives. Planted: the lockstep's thread not looking at the cancel (``done`` always
     False): the wait after the interrupt waited for the million tags, and the hang guard failed
     the test; the host's wait for the thread not looking every poll (``finished.wait()``): the
-    interrupt came only as the hang guard fired."""
+    interrupt came only as the hang guard fired; ``run.state_dict()`` not waiting for the held
+    tag (``Processes._live_call`` without ``finish_last``): the tree was of no one time (a
+    fresh flag differed)."""
     hold = tmp_path / "hold"
     net = Rally(str(hold))
 
@@ -106,6 +121,8 @@ def test_an_interrupted_sleep_ends_at_a_whole_tag_and_the_run_goes_on_as_if_it_h
         background.start()
         with pytest.raises(KeyboardInterrupt):
             run.sleep(10_000.0)
+        tree = run.state_dict()  # once the held tag ended, its messages handed over
+        held = run.time
         # A wait with a predicate runs its tags on this thread, once the interrupted ones ended.
         with pytest.raises(TimeoutError):
             run.wait_for(net.ping.y, lambda message: False, timeout=20 * PERIOD)
@@ -117,7 +134,9 @@ def test_an_interrupted_sleep_ends_at_a_whole_tag_and_the_run_goes_on_as_if_it_h
     assert at == pytest.approx((HOLD_AT + 20) * PERIOD)  # the held tag, then 0.2 s
     again = Rally()
     with _run(again) as run:
-        run.sleep(at)
+        run.sleep(held)
+        assert_trees_equal(run.state_dict(), tree)
+        run.sleep(at - held)
         assert _seen(run, again) == interrupted
         run.sleep(20 * PERIOD)
         assert _seen(run, again) == later

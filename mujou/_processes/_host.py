@@ -38,6 +38,8 @@ class Stepper(Protocol):
 
     def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool: ...
 
+    def finish_last(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -386,6 +388,8 @@ class Processes:
         if self._stopping or self.closed:
             self.stop()  # wait for the end under way (or finish one an interrupt cut)
             return None
+        if self.lockstep is not None:
+            self.lockstep.finish_last()  # the tags of an interrupted call: all of their last one
         try:
             return call()
         except ExitedError:  # the run ended meanwhile

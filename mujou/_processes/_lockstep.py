@@ -11,11 +11,13 @@ hands them to a thread of its own, ``mujou-lockstep``, and waits for it, looking
 That thread sends each tag's command and reads its reply on each process's tags connection
 itself (NOTE [ the tags connection ] in ``_group``), no other thread of the host woken for
 either; no interrupt reaches it, so none can cut a frame there. The host's call that is
-interrupted leaves at once (run.interrupt) and the thread stops at the end of its tag; the next
-call that runs tags waits for that first. A call that looks at something between the tags
-(``wait_for``'s predicate, ``join``) runs them on its own thread, through the control
-connections, as before: the predicate runs on the host's thread. An error that leaves a tag
-half read on the thread leaves the tags connections unused for the rest of the run.
+interrupted leaves at once (run.interrupt) and the thread stops at the end of its tag; the
+next call that runs tags or reads the processes waits for that first, and raises the error
+those tags ended with, if any (a process that died, a bug), which no call has raised yet. A
+call that looks at something between the tags (``wait_for``'s predicate, ``join``) runs them
+on its own thread, through the control connections, as before: the predicate runs on the
+host's thread. An error that leaves a tag half read on the thread leaves the tags connections
+unused for the rest of the run.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ._wire import Crossing
 class _Job:
     """One host call's tags, run on the lockstep's thread."""
 
-    __slots__ = ("cancelled", "error", "finished", "result", "until")
+    __slots__ = ("cancelled", "error", "finished", "reported", "result", "until")
 
     def __init__(self, until: float | None) -> None:
         self.until = until
@@ -46,6 +48,7 @@ class _Job:
         self.finished = threading.Event()
         self.result = False
         self.error: BaseException | None = None
+        self.reported = False  # a host's call raised ``error``
 
 
 class Lockstep:
@@ -58,40 +61,57 @@ class Lockstep:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._job: _Job | None = None  # the last job handed to the thread
+        self._lock = threading.Lock()  # a job is queued before the thread's end, or not at all
+        self._closed = False
 
     def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         """Run the tags up to ``until`` (proc.virtual); see ``advance``."""
-        self._finish_last()
-        if done is not None or not self._direct or self._processes.closed:
-            return advance(self._processes, until, done)
+        self.finish_last()
         job = _Job(until)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._main, name="mujou-lockstep", daemon=True)
-            self._thread.start()
-        self._job = job
-        self._jobs.put(job)
+        with self._lock:
+            direct = done is None and self._direct and not self._closed and not self._processes.closed
+            if direct:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._main, name="mujou-lockstep", daemon=True)
+                    self._thread.start()
+                self._job = job
+                self._jobs.put(job)
+        if not direct:
+            return advance(self._processes, until, done)
         self._wait(job)
-        if job.error is not None:
-            raise job.error
-        return job.result
+        return self._result(job)
 
     def close(self) -> None:
         """The run has ended: the thread ends (waited for up to ``EXIT_GRACE``, but from itself)."""
-        job = self._job
+        with self._lock:
+            self._closed = True
+            job, thread = self._job, self._thread
+            if thread is not None:
+                self._jobs.put(None)
         if job is not None:
             job.cancelled = True
-        thread = self._thread
-        if thread is not None:
-            self._jobs.put(None)
-            if thread is not threading.current_thread():
-                thread.join(EXIT_GRACE)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(EXIT_GRACE)
 
-    def _finish_last(self) -> None:
-        """Wait until the thread ended the job of a call that was interrupted."""
+    def finish_last(self) -> None:
+        """Wait until the thread ended the tags of a call that was interrupted; raise their
+        error. Before a call runs tags, and before one reads the processes' state (a state
+        tree is of one time in every process)."""
         job = self._job
-        if job is not None and not job.finished.is_set():
+        if job is None or job.reported:
+            return
+        if not job.finished.is_set():
             job.cancelled = True
             self._wait(job)
+        self._result(job)
+
+    @staticmethod
+    def _result(job: _Job) -> bool:
+        """The finished ``job``'s result, or its error raised (once)."""
+        job.reported = True
+        if job.error is not None:
+            raise job.error
+        return job.result
 
     def _wait(self, job: _Job) -> None:
         """Wait for ``job``, looking every poll: an interrupt leaves at once, the job cancelled."""
