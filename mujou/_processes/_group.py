@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 from .._engine._lifecycle import HOST_POLL_REAL, HOST_POLL_VIRTUAL
 from .._errors import HookError, MujouInternalError, ProcessError
@@ -223,7 +223,12 @@ class Group:
                 while not self.ended.wait(self.poll):
                     pass
             if self.ended.is_set():
-                self._raise_ending()
+                with self._lock:
+                    error = self._ending
+                assert error is not None
+                if isinstance(error, ProcessError) and not isinstance(error, ExitedError):
+                    self._on_event(self, ("lost", error))
+                raise error
         _, status, payload, warned, sent = codec.loads(data)
         with self._taken_changed:
             while self._taken < sent and not self.ended.is_set():
@@ -233,14 +238,6 @@ class Group:
         if status == "error":
             raise rebuild_failure(payload, self.name)
         return payload
-
-    def _raise_ending(self) -> NoReturn:
-        with self._lock:
-            error = self._ending
-        assert error is not None
-        if isinstance(error, ProcessError) and not isinstance(error, ExitedError):
-            self._on_event(self, ("lost", error))
-        raise error
 
     def stop_reply(self) -> Reply:
         """The reply to ``stop`` (sent the first time only)."""
