@@ -23,10 +23,10 @@ from ._ports import Input, Output
 from ._stats import RunStats
 from ._subscription import Subscription
 
-if TYPE_CHECKING:
-    from ._processes._group import Group
-    from ._processes._host import Processes
-    from ._record._recorder import Session
+if TYPE_CHECKING:  # Protocols the classes fit: their modules import this one (mujou._handles)
+    from ._handles import ProcessGroup as Group
+    from ._handles import RunProcesses as Processes
+    from ._handles import RunRecording as Session
 
 
 def _host_message(port: Input[Any], message: object, what: str) -> tuple[Any, Nest | None]:

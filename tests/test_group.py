@@ -15,9 +15,9 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -28,13 +28,15 @@ from mujou._processes._group import NUMBER, ExitedError, Group, Reply
 GUARD = 30.0  # seconds: reached only when something hangs
 
 
-def stand_in(control: Connection, events: Connection) -> None:
-    """The stand-in process's loop: one reply per command, by number."""
+def stand_in(control: Connection, events: Connection, tags: Connection) -> None:
+    """The stand-in process's loop: one reply per command, by number, on the connection the
+    command came on (``control``, or the lockstep's ``tags``)."""
     control.send_bytes(codec.dumps((0, "ok", None, [], 0)))
     sent = 0
     while True:
+        connection = cast(Connection, wait([control, tags])[0])
         try:
-            frame = control.recv_bytes()
+            frame = connection.recv_bytes()
         except EOFError:
             return
         (number,) = NUMBER.unpack_from(frame)
@@ -54,9 +56,9 @@ def stand_in(control: Connection, events: Connection) -> None:
         elif command == "freeze":
             os.kill(os.getpid(), signal.SIGSTOP)
         elif command == "exit":
-            control.send_bytes(codec.dumps((number, "ok", None, [], sent)))
+            connection.send_bytes(codec.dumps((number, "ok", None, [], sent)))
             return
-        control.send_bytes(codec.dumps((number, "ok", payload, [], sent)))
+        connection.send_bytes(codec.dumps((number, "ok", payload, [], sent)))
 
 
 class Recorder:
@@ -65,10 +67,13 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
         self.fail_on: str | None = None
+        self.hold: threading.Event | None = None  # set: each event is handled once it is set
 
     def __call__(self, group: Group, event: tuple[Any, ...]) -> None:
         if event[0] == self.fail_on:
             raise RuntimeError("a bug in the event handler")
+        if self.hold is not None:
+            assert self.hold.wait(GUARD)
         self.events.append(event)
 
 
@@ -77,10 +82,14 @@ def started() -> Iterator[tuple[Group, Recorder]]:
     context = multiprocessing.get_context("fork")
     control, control_child = context.Pipe()
     events, events_child = context.Pipe(duplex=False)
-    process = context.Process(target=stand_in, args=(control_child, events_child), name="mujou-stand-in")
+    tags, tags_child = context.Pipe()
+    process = context.Process(
+        target=stand_in, args=(control_child, events_child, tags_child), name="mujou-stand-in"
+    )
     process.start()
     control_child.close()
     events_child.close()
+    tags_child.close()
     recorder = Recorder()
     group = Group(
         "g",
@@ -90,6 +99,7 @@ def started() -> Iterator[tuple[Group, Recorder]]:
         events=events,
         on_event=recorder,
         on_warning=lambda c, m: None,
+        tags=tags,
     )
     group.wait(group.built)
     yield group, recorder
@@ -104,6 +114,33 @@ def test_replies_go_by_number_and_follow_the_events_sent_before_them(started: tu
     assert [group.wait(reply) for reply in replies] == [(i, "x" * i) for i in range(50)]
     assert group.call("events", 20) == (20,)
     assert recorder.events == [("message", i) for i in range(20)]  # all handled before the reply
+
+
+def test_a_tag_reply_follows_the_events_sent_before_it_and_a_death_fails_it(
+    started: tuple[Group, Recorder],
+) -> None:
+    """The lockstep's connection keeps the control protocol's order: ``tag_reply`` returns once
+    the reader handled the events sent before the reply, here held back until a timer lets
+    them go. Planted: ``tag_reply`` not waiting for the reader's count of events (it returned
+    with none of the 5 handled). A death fails the awaited tag reply with the ProcessError the
+    reader found, after reporting it as ``lost`` (planted: ``tag_reply`` looking again and
+    again once the pipe ended, never at ``ended``: it failed)."""
+    group, recorder = started
+    recorder.hold = threading.Event()
+    release = threading.Timer(0.2, recorder.hold.set)
+    release.start()
+    group.send_tag("events", 5)
+    assert group.tag_reply() == (5,)
+    assert recorder.events == [("message", i) for i in range(5)]
+    release.join()
+    group.send_tag("echo", "x" * 5000)  # over PIPE_BUF: written and read whole
+    assert group.tag_reply() == ("x" * 5000,)
+    assert group.call("echo", "control") == ("control",)  # the control connection is untouched
+    group.send_tag("die")
+    with pytest.raises(ProcessError) as info:
+        group.tag_reply()
+    assert info.value.exitcode == 3 and group.dead
+    assert ("lost", info.value) in recorder.events
 
 
 def test_a_large_command_arrives_whole(started: tuple[Group, Recorder]) -> None:

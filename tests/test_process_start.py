@@ -13,6 +13,7 @@ from typing import Any
 import mujou
 from mujou._engine import Engine
 from mujou._processes._host import Processes
+from mujou._processes._lockstep import Lockstep
 from mujou._processes._member import Member
 from mujou._processes._placement import HOST, check_processes
 
@@ -35,7 +36,7 @@ def unspawned() -> tuple[Any, Engine]:
     placement = check_processes(nodes, {"g": net.there})
     engine = Engine(placement.host, 1, mujou.VirtualTimer(), None)
     member = Member(engine, placement.host, placement.incoming[HOST], list(placement.outgoing[HOST]))
-    return Processes(net, nodes, placement, member, None), engine
+    return Processes(net, nodes, placement, member, None, lockstep=Lockstep), engine
 
 
 def test_a_failure_before_the_start_is_kept_for_it() -> None:

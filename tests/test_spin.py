@@ -14,7 +14,7 @@ from mujou._processes._spin import Poller, poller
 def test_a_poller_returns_once_there_is_something_to_read() -> None:
     reader, writer = multiprocessing.Pipe(duplex=False)
     try:
-        waiting = Poller(reader)
+        waiting = Poller([reader])
         waiting.wait(0.0)  # nothing yet: the time is up at once
         writer.send_bytes(b"ready")
         waiting.wait(3600.0)  # returns at once (the test's hang guard fails it otherwise)
@@ -35,8 +35,8 @@ def test_a_poller_returns_once_there_is_something_to_read() -> None:
 def test_only_the_virtual_timer_polls() -> None:
     reader, writer = multiprocessing.Pipe(duplex=False)
     try:
-        assert poller(reader, virtual=False) is None
-        assert (poller(reader, virtual=True) is not None) == Poller.available()
+        assert poller([reader], virtual=False) is None
+        assert (poller([reader], virtual=True) is not None) == Poller.available()
     finally:
         reader.close()
         writer.close()

@@ -11,13 +11,23 @@ import threading
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
+from typing import Any, cast
 
 import pytest
 import torch
 from _support import HANG_GUARD
 
 from mujou._processes._ring import Announce, RingWriter
-from mujou._processes._wire import _NONBLOCKING, Pipe, _framed, _sharer, packed_rest, unpacked_rest
+from mujou._processes._wire import (
+    _NONBLOCKING,
+    Pipe,
+    Receiver,
+    Standins,
+    _framed,
+    _sharer,
+    packed_rest,
+    unpacked_rest,
+)
 
 RESTS = [
     None,
@@ -150,3 +160,36 @@ def test_closing_takes_back_the_descriptors_no_reader_fetched(ends: tuple[Connec
     pipe.close()
     assert handed[0][1] not in _sharer._cache
     pipe.close()  # idempotent
+
+
+# --- the receiver --------------------------------------------------------------------------------
+
+
+class _Engine:
+    """What a receiver uses of its engine: whether the run ended, and the crash path."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self.crashes: list[BaseException] = []
+
+    def crashed(self, holder: int, exc: BaseException, *, exits: bool) -> None:
+        self.crashes.append(exc)
+
+
+def test_an_announcement_whose_sender_took_its_descriptor_back_ends_the_receiver_quietly() -> None:
+    """The sender's process ended its part of the run (its pipe closed, taking back the ring's
+    descriptor no reader fetched) while the reader's process still ran: the reader's receiver
+    reads the announcement, cannot fetch the descriptor, and ends at the pipe's end, with no
+    internal error (seen in the start-stop benchmark: each process of a run stops at once).
+    Planted: today's receiver, which stopped the run with MujouInternalError (EOFError)."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    pipe = Pipe(writer)
+    pipe.send("y", _record("y"), _announce_of(1))
+    pipe.close()  # takes the descriptor back, closes the writing end
+    engine = _Engine()
+    receiver = Receiver(cast(Any, engine), Standins(["y"]), [reader])
+    receiver.start()
+    receiver._threads[0].join(HANG_GUARD)  # it ends by itself, at the pipe's end
+    assert not receiver._threads[0].is_alive()
+    assert engine.crashes == []
+    assert reader.closed

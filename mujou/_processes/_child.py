@@ -16,8 +16,8 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Any
+from multiprocessing.connection import Connection, wait
+from typing import Any, cast
 
 import torch
 
@@ -84,13 +84,15 @@ def main(
     *,
     environ: dict[str, str],
     streams: Streams,
+    tags: Connection | None = None,
 ) -> None:
     """The process's life: build, then serve the host's commands until it says exit.
 
     Under the virtual timer a worker's thread serves them, as worker 0 while it waits for the
     engine (NOTE [ a lent worker ] in ``_engine._threads``). ``environ`` and ``streams``
     are the host's environment, standard output and error when the run started: a process
-    forked from Mujou's server has the server's (proc.start-method).
+    forked from Mujou's server has the server's (proc.start-method). ``tags``: the virtual
+    timer's second command connection (NOTE [ the tags connection ] in ``_group``).
     """
     if os.environ != environ:
         os.environ.clear()
@@ -105,10 +107,13 @@ def main(
         # Only when it changes: the call imports torch._inductor's config, seconds.
         torch.use_deterministic_algorithms(setup.deterministic)
     if not _lends(setup):
-        _serve(setup, control, events_connection, wake_out, wake_in)
+        _serve(setup, control, events_connection, wake_out, wake_in, tags=tags)
         return
     thread = HookThread(
-        target=_serve, args=(setup, control, events_connection, wake_out, wake_in), name="mujou-worker-0"
+        target=_serve,
+        args=(setup, control, events_connection, wake_out, wake_in),
+        kwargs={"tags": tags},
+        name="mujou-worker-0",
     )
     thread.start()
     thread.join()
@@ -120,8 +125,11 @@ def _serve(
     events_connection: Connection,
     wake_out: dict[str, Connection],
     wake_in: list[Connection],
+    *,
+    tags: Connection | None,
 ) -> None:
-    """Build the group's nodes, then obey the host until it says exit (or is gone)."""
+    """Build the group's nodes, then obey the host until it says exit (or is gone): its
+    commands on ``control``, and the lockstep's on ``tags`` (if any), each replied on its own."""
     events = Events(events_connection)
     try:
         member = _build(setup, TraceForwarder(events.send) if setup.trace else None)
@@ -134,22 +142,29 @@ def _serve(
     member.when_ended(lambda: events.send(("ended", member.failure())))
     watches: dict[int, Callable[[Any], None]] = {}
     commands = _Commands(member, events, watches, by_output, wake_in)
-    polling = poller(control, setup.virtual)  # the next tag's command comes soon
+    sources = [control] if tags is None else [control, tags]
+    polling = poller(sources, setup.virtual)  # the next tag's command comes soon
     try:
         while True:
-            try:
-                if polling is not None:
-                    polling.wait(SPIN)
-                frame = control.recv_bytes()
-            except (EOFError, OSError):  # the host is gone
-                member.stop()
-                return
-            number, command, status, payload = _obey(commands, frame)
-            control.send_bytes(
-                _reply(number, command, status, payload, warned=_warnings(member), events=events.sent)
-            )
-            if command == "exit":
-                return
+            if polling is not None:
+                polling.wait(SPIN)
+            for source in wait(sources):
+                connection = cast(Connection, source)
+                try:
+                    frame = connection.recv_bytes()
+                except (EOFError, OSError):
+                    if connection is control:  # the host is gone
+                        member.stop()
+                        return
+                    sources.remove(connection)  # the host closed the lockstep's connection
+                    polling = poller(sources, setup.virtual)
+                    continue
+                number, command, status, payload = _obey(commands, frame)
+                connection.send_bytes(
+                    _reply(number, command, status, payload, warned=_warnings(member), events=events.sent)
+                )
+                if command == "exit":
+                    return
     finally:
         member.engine.error_reported = True  # the host reports it (proc.hook-error)
         if not member.engine.ended:  # a lent worker 0 stops here: no other thread can

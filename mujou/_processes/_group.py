@@ -17,6 +17,18 @@ A process's sentinel and its connections tell its end only once every copy of th
 closed: a process that a node forked holds them open after its parent died. So the reader
 also looks at the exit status whenever nothing came for a poll.
 
+NOTE [ the tags connection ]
+Under the virtual timer each tag is a command to every process and its reply (proc.virtual).
+Through the reader and the writer that is four wake-ups of sleeping threads a tag, on top of the
+process's own, each tens of microseconds on a busy machine: more than a small tag takes. So a
+group of a virtual run has a second connection, ``tags``, which only the lockstep's thread
+(``_lockstep``, never the host's own thread: no interrupt can cut a frame there) writes and
+reads: the tag's command goes out at once, and its reply is read where it is awaited, polled for
+a while first, as the process polls for the command. The process reads both connections; the
+reply says how many events it sent before it, and ``tag_reply`` waits until the reader handled
+that many, so the order of NOTE [ the control protocol ] holds on both. A death is still the
+reader's to find: ``tag_reply`` raises the error the reader fails the replies with.
+
 NOTE [ the control protocol ]
 A command is one frame: its number (8 bytes), its name and a NUL, then its arguments pickled,
 so that a process that cannot unpickle the arguments still replies to the command by number,
@@ -28,6 +40,7 @@ ahead of it (the messages of the ports the host watches, an ``ended``).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.process
 import pickle
 import queue
@@ -44,6 +57,7 @@ from .._node import Node
 from . import _codec as codec
 from ._main_script import GUARD_EXIT, guard_reason
 from ._member import Failure
+from ._spin import SPIN, Poller
 
 EXIT_GRACE = 10.0  # real seconds a process is given for each step of its end, then killed
 NUMBER = struct.Struct("!Q")  # a command frame's number (NOTE [ the control protocol ])
@@ -99,11 +113,13 @@ class Group:
         on_event: Callable[[Group, tuple[Any, ...]], None],
         on_warning: Callable[[type[Warning], str], None],
         virtual: bool = False,
+        tags: Connection | None = None,
     ) -> None:
         """The reader and the writer start at once; ``built`` is the process's first reply
         (its nodes rebuilt, or why not). ``on_event`` gets the process's events on the reader,
         and ``("died",)``, ``("crashed", exc)`` (a bug in this thread) and, on the thread of a
-        host call that found the process dead, ``("lost", error)``."""
+        host call that found the process dead, ``("lost", error)``. ``tags``: the lockstep's
+        connection, under the virtual timer (NOTE [ the tags connection ])."""
         self.name = name
         self.node_names = tuple(node.name for node in nodes)
         self.process = process
@@ -113,6 +129,11 @@ class Group:
         self._on_warning = on_warning
         self.poll = HOST_POLL_VIRTUAL if virtual else HOST_POLL_REAL
         self._lock = threading.Lock()  # the fields below; never held across a wait or a call
+        self._taken_changed = threading.Condition(self._lock)
+        self._taken = 0  # the events the reader handled (NOTE [ the tags connection ])
+        self.tags = tags
+        self._tag_number = 0
+        self._tag_poller = Poller([tags]) if tags is not None and Poller.available() else None
         self._numbers = 1  # the next command's number (0: the first reply, ``built``)
         self.built = Reply()
         self._pending: dict[int, Reply] = {0: self.built}
@@ -173,6 +194,51 @@ class Group:
         """Send ``command`` and wait for its reply (a host call)."""
         return self.wait(self.request(command, *args))
 
+    # -- the tags connection (NOTE [ the tags connection ]) -----------------------------------
+
+    def send_tag(self, command: str, *args: Any) -> None:
+        """Write ``command`` on the tags connection (the lockstep's thread only). A process that
+        ended is found by ``tag_reply``."""
+        assert self.tags is not None
+        self._tag_number += 1
+        frame = b"".join((NUMBER.pack(self._tag_number), command.encode(), b"\0", codec.dumps(args)))
+        with contextlib.suppress(OSError):
+            self.tags.send_bytes(frame)
+
+    def tag_reply(self) -> Any:
+        """The reply to the last ``send_tag``, its error raised, once the reader handled the
+        events sent before it; the process's error if it ended (a ProcessError settles the
+        run's end first, as ``wait``'s does). Every wait looks every poll."""
+        tags = self.tags
+        assert tags is not None
+        if self._tag_poller is not None:
+            self._tag_poller.wait(SPIN)
+        data: bytes | None = None
+        while data is None:
+            try:
+                if tags.poll(self.poll):
+                    data = tags.recv_bytes()
+                    break
+            except (EOFError, OSError):  # the process ended: the reader says how
+                while not self.ended.wait(self.poll):
+                    pass
+            if self.ended.is_set():
+                with self._lock:
+                    error = self._ending
+                assert error is not None
+                if isinstance(error, ProcessError) and not isinstance(error, ExitedError):
+                    self._on_event(self, ("lost", error))
+                raise error
+        _, status, payload, warned, sent = codec.loads(data)
+        with self._taken_changed:
+            while self._taken < sent and not self.ended.is_set():
+                self._taken_changed.wait(self.poll)
+        for category, message in warned:
+            self._on_warning(category, f"{message} (in process {self.name!r})")
+        if status == "error":
+            raise rebuild_failure(payload, self.name)
+        return payload
+
     def stop_reply(self) -> Reply:
         """The reply to ``stop`` (sent the first time only)."""
         with self._stop_lock:
@@ -212,6 +278,8 @@ class Group:
             if not self._reader.is_alive() and not self._writer.is_alive():
                 self._control.close()
                 self._events.close()
+                if self.tags is not None:
+                    self.tags.close()
                 if self.exitcode is None and self.process.exitcode is not None:
                     self.exitcode = self.process.exitcode
                     self.process.close()  # its handle's descriptors (a sentinel, a pipe)
@@ -272,7 +340,6 @@ class Group:
     def _read(self) -> None:
         """The reader: every reply and event, until the process ends; then what is left."""
         control, events, sentinel = self._control, self._events, self.process.sentinel
-        taken = 0  # events handled
         open_: list[Any] = [control, events, sentinel]
         while control in open_ and sentinel in open_:
             ready_now = wait(open_, self.poll)
@@ -292,9 +359,8 @@ class Group:
                     continue
                 if ready is events:
                     self._event(data)
-                    taken += 1
                 else:
-                    taken = self._reply(data, taken)
+                    self._reply(data)
         # The process ended, or closed its control connection to end: reap it (killed if it
         # lingers), then handle what it sent before its end.
         self.process.join(EXIT_GRACE)
@@ -311,9 +377,8 @@ class Group:
                     break
                 if connection is events:
                     self._event(data)
-                    taken += 1
                 else:
-                    taken = self._reply(data, taken)
+                    self._reply(data)
         with self._lock:
             died = not self._exiting
         error = self.error()
@@ -331,24 +396,29 @@ class Group:
         for reply in pending.values():
             reply.fail(error)
         self.ended.set()
+        with self._taken_changed:
+            self._taken_changed.notify_all()  # a tag_reply waiting for events: it ended
 
     def _event(self, data: bytes) -> None:
+        """Handle one event (the reader's thread), then count it."""
         event = codec.loads(data)
         if event[0] == "ended":
             self.nodes_stopped = True
         self._on_event(self, event)
+        with self._taken_changed:
+            self._taken += 1
+            self._taken_changed.notify_all()
 
-    def _reply(self, data: bytes, taken: int) -> int:
-        """Complete the reply in ``data`` after the events sent before it; events handled now."""
+    def _reply(self, data: bytes) -> None:
+        """Complete the reply in ``data`` after the events sent before it."""
         number, status, payload, warned, sent = codec.loads(data)
         events = self._events
-        while taken < sent:  # sent before the reply: already on their way
+        while self._taken < sent:  # sent before the reply: already on their way
             try:
                 event = events.recv_bytes()
             except (EOFError, OSError):
                 break
             self._event(event)
-            taken += 1
         for category, message in warned:
             self._on_warning(category, f"{message} (in process {self.name!r})")
         with self._lock:
@@ -358,7 +428,6 @@ class Group:
                 reply.fail(rebuild_failure(payload, self.name))
             else:
                 reply.set(payload)
-        return taken
 
 
 def rebuild_failure(failure: Failure, process: str) -> BaseException:

@@ -14,7 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from .._errors import MujouWarning, ProcessError
 from .._net import Net
@@ -24,7 +24,6 @@ from .._stats import RunStats
 from .._trace import TraceRecorder
 from ._gather import merge_stats, merge_trees
 from ._group import EXIT_GRACE, ExitedError, Group, Reply, rebuild_failure
-from ._lockstep import advance
 from ._member import Member
 from ._mirrors import Mirrors
 from ._placement import HOST, Placement
@@ -32,6 +31,16 @@ from ._spawn import spawn
 from ._wire import Crossing, Pipe
 
 _live: weakref.WeakSet[Processes] = weakref.WeakSet()
+
+
+class Stepper(Protocol):
+    """The virtual timer's tags over the processes (``_lockstep.Lockstep``)."""
+
+    def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool: ...
+
+    def finish_last(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Processes:
@@ -44,8 +53,14 @@ class Processes:
         placement: Placement,
         host: Member,
         recorder: TraceRecorder | None,
+        *,
+        lockstep: Callable[[Processes], Stepper],
     ) -> None:
+        """``lockstep`` makes the tags' runner once the processes are spawned (``_lockstep``:
+        it takes this module's class)."""
         self.net = net
+        self._lockstep = lockstep
+        self.lockstep: Stepper | None = None
         self.recorder = recorder
         self._pids = {name: pid for pid, name in enumerate(placement.groups, start=2)}  # the host's: 1
         self.nodes = list(nodes)
@@ -68,7 +83,7 @@ class Processes:
         self._final: dict[str, tuple[Any, RunStats, dict[str, Any]]] = {}  # by group, once ended
         self._stop_lock = threading.Lock()
         self._stopper: threading.Thread | None = None  # the thread of stop_soon
-        self._advancing = False  # the virtual lockstep runs (advance)
+        self.advancing = False  # the virtual lockstep runs (advance)
         self._close_lock = threading.Lock()  # held by the one thread ending the processes
         self._stop_failures: dict[str, Any] = {}  # what ending them found: the run's error
         self._lost: dict[str, ProcessError] = {}  # the groups killed at the end
@@ -101,6 +116,7 @@ class Processes:
             on_warning=self.host.engine.hooks.queue_warning,
         )
         self.groups, self.host_pipes, self.host_inbound = spawned
+        self.lockstep = self._lockstep(self)
         self.gather({name: group.built for name, group in self.groups.items()})  # or why not
 
     # -- the fan-out -----------------------------------------------------------------------
@@ -242,20 +258,15 @@ class Processes:
 
     def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         """Run the tags up to ``until`` in every process, one at a time (proc.virtual)."""
-        self._advancing = True
-        try:
-            return advance(self, until, done)
-        finally:
-            self._advancing = False
-            if self.host.engine.ended:  # left by an error after the run ended: end them now
-                self.stop_soon()
+        assert self.lockstep is not None
+        return self.lockstep.advance(until, done)
 
     def _engine_ended(self) -> None:
         """The host's engine ended (a hook's error, a stop): the processes end too. Not from
         here while the virtual lockstep runs: it ends them itself, once the last tag's
         messages are out (``_lockstep``), which a stop from another thread could overtake,
         taking a process's final state before they reached it (proc.virtual)."""
-        if not self._advancing:
+        if not self.advancing:
             self.stop_soon()
 
     # -- events ----------------------------------------------------------------------------
@@ -377,6 +388,8 @@ class Processes:
         if self._stopping or self.closed:
             self.stop()  # wait for the end under way (or finish one an interrupt cut)
             return None
+        if self.lockstep is not None:
+            self.lockstep.finish_last()  # the tags of an interrupted call: all of their last one
         try:
             return call()
         except ExitedError:  # the run ended meanwhile
@@ -433,6 +446,8 @@ class Processes:
                     self._close_unhanded()
                     self.host.disconnect_standins()
                     self.mirrors.give_back()
+                    if self.lockstep is not None:
+                        self.lockstep.close()
                     self._release_nodes()
                     self.closed = True
                     _live.discard(self)

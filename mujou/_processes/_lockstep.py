@@ -4,26 +4,140 @@ Each tag, every process runs its updates of the tag and commits them; the messag
 cross go to their readers' processes, which publish them with their arrivals; the next tag
 is then the earliest due time of all. This reproduces what one process does at each instant
 (``Engine.advance``), one barrier per tag.
+
+NOTE [ the lockstep's thread ]
+A host call that runs the tags up to a time and looks at nothing between them (``run.sleep``)
+hands them to a thread of its own, ``mujou-lockstep``, and waits for it, looking every poll.
+That thread sends each tag's command and reads its reply on each process's tags connection
+itself (NOTE [ the tags connection ] in ``_group``), no other thread of the host woken for
+either; no interrupt reaches it, so none can cut a frame there. The host's call that is
+interrupted leaves at once (run.interrupt) and the thread stops at the end of its tag; the
+next call that runs tags or reads the processes waits for that first, and raises the error
+those tags ended with, if any (a process that died, a bug), which no call has raised yet. A
+call that looks at something between the tags (``wait_for``'s predicate, ``join``) runs them
+on its own thread, through the control connections, as before: the predicate runs on the
+host's thread. An error that leaves a tag half read on the thread leaves the tags connections
+unused for the rest of the run.
 """
 
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .._engine._collect import stopping_now
 from .._engine._instants import nothing_can_happen
-from ._group import rebuild_failure
+from ._group import EXIT_GRACE, rebuild_failure
+from ._host import Processes
 from ._member import Failure
 from ._placement import HOST
 from ._wire import Crossing
 
-if TYPE_CHECKING:
-    from ._host import Processes
+
+class _Job:
+    """One host call's tags, run on the lockstep's thread."""
+
+    __slots__ = ("cancelled", "error", "finished", "reported", "result", "until")
+
+    def __init__(self, until: float | None) -> None:
+        self.until = until
+        self.cancelled = False  # the host's call was interrupted: stop at the end of the tag
+        self.finished = threading.Event()
+        self.result = False
+        self.error: BaseException | None = None
+        self.reported = False  # a host's call raised ``error``
 
 
-def advance(processes: Processes, until: float | None, done: Callable[[], bool] | None) -> bool:
+class Lockstep:
+    """The virtual timer's tags over a run's processes, for the host's calls
+    (NOTE [ the lockstep's thread ])."""
+
+    def __init__(self, processes: Processes) -> None:
+        self._processes = processes
+        self._direct = all(group.tags is not None for group in processes.groups.values())
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._job: _Job | None = None  # the last job handed to the thread
+        self._lock = threading.Lock()  # a job is queued before the thread's end, or not at all
+        self._closed = False
+
+    def advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
+        """Run the tags up to ``until`` (proc.virtual); see ``advance``."""
+        self.finish_last()
+        job = _Job(until)
+        with self._lock:
+            direct = done is None and self._direct and not self._closed and not self._processes.closed
+            if direct:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._main, name="mujou-lockstep", daemon=True)
+                    self._thread.start()
+                self._job = job
+                self._jobs.put(job)
+        if not direct:
+            return advance(self._processes, until, done)
+        self._wait(job)
+        return self._result(job)
+
+    def close(self) -> None:
+        """The run has ended: the thread ends (waited for up to ``EXIT_GRACE``, but from itself)."""
+        with self._lock:
+            self._closed = True
+            job, thread = self._job, self._thread
+            if thread is not None:
+                self._jobs.put(None)
+        if job is not None:
+            job.cancelled = True
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(EXIT_GRACE)
+
+    def finish_last(self) -> None:
+        """Wait until the thread ended the tags of a call that was interrupted; raise their
+        error. Before a call runs tags, and before one reads the processes' state (a state
+        tree is of one time in every process)."""
+        job = self._job
+        if job is None or job.reported:
+            return
+        if not job.finished.is_set():
+            job.cancelled = True
+            self._wait(job)
+        self._result(job)
+
+    @staticmethod
+    def _result(job: _Job) -> bool:
+        """The finished ``job``'s result, or its error raised (once)."""
+        job.reported = True
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _wait(self, job: _Job) -> None:
+        """Wait for ``job``, looking every poll: an interrupt leaves at once, the job cancelled."""
+        poll = self._processes.host.engine.poll
+        try:
+            while not job.finished.wait(poll):
+                pass
+        except BaseException:
+            job.cancelled = True
+            raise
+
+    def _main(self) -> None:
+        """The lockstep's thread: each job's tags, its result or error for the host's call."""
+        while (job := self._jobs.get()) is not None:
+            try:
+                job.result = advance(self._processes, job.until, lambda: job.cancelled, direct=True)
+            except BaseException as exc:
+                self._direct = False  # a reply may be left unread on a tags connection
+                job.error = exc
+            finally:
+                job.finished.set()
+
+
+def advance(
+    processes: Processes, until: float | None, done: Callable[[], bool] | None, *, direct: bool = False
+) -> bool:
     """Run the tags up to ``until`` in every process, one at a time (proc.virtual).
 
     Each tag: every process runs its updates of the tag and commits them; the messages
@@ -34,7 +148,22 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
     The messages for a group that wake none of its nodes leave its next due time as it was:
     they go with the group's next tag command instead of a command of their own (one command
     a tag instead of two), and with one of their own before this returns.
+
+    ``direct``: on the lockstep's thread, the tags' commands and replies go through the tags
+    connections (NOTE [ the lockstep's thread ]).
     """
+    processes.advancing = True
+    try:
+        return _advance(processes, until, done, direct)
+    finally:
+        processes.advancing = False
+        if processes.host.engine.ended:  # left by an error after the run ended: end them now
+            processes.stop_soon()
+
+
+def _advance(
+    processes: Processes, until: float | None, done: Callable[[], bool] | None, direct: bool
+) -> bool:
     host, engine = processes.host, processes.host.engine
     policy = engine.policy
     if processes.closed or stopping_now(policy):  # the run has ended, or is ending: no tag runs
@@ -62,7 +191,7 @@ def advance(processes: Processes, until: float | None, done: Callable[[], bool] 
             return False
         if due == math.inf:  # nothing deferred: its readers are periodic, so due again
             raise nothing_can_happen()
-        _tag(processes, due, dues, deferred)
+        _tag(processes, due, dues, deferred, direct)
         last = due
     return done() if done is not None else False
 
@@ -78,19 +207,28 @@ def _wait_for_the_end(processes: Processes) -> None:
 
 
 def _tag(
-    processes: Processes, due: float, dues: dict[str, float], deferred: dict[str, list[Crossing]]
+    processes: Processes,
+    due: float,
+    dues: dict[str, float],
+    deferred: dict[str, list[Crossing]],
+    direct: bool,
 ) -> None:
     """One tag in every process; ``dues`` becomes each process's next due time, ``deferred``
     the messages for the groups that their next command takes."""
-    host = processes.host
-    sent = processes.send_each({name: ("instant", due, deferred.pop(name, [])) for name in processes.groups})
+    host, groups = processes.host, processes.groups
+    commands = {name: ("instant", due, deferred.pop(name, [])) for name in groups}
+    sent = {} if direct else processes.send_each(commands)
+    if direct:
+        for name, command in commands.items():
+            groups[name].send_tag(*command)
     with processes.tag_lock:
         crossed, failure = host.instant(due)  # an interrupt leaves: the replies are dropped
     crossings: dict[str, Sequence[Crossing]] = {HOST: crossed}
     failures: list[tuple[str, Failure]] = [] if failure is None else [(HOST, failure)]
     # Each reply comes after the events its process sent before it (the messages of the
     # ports the host watches): see NOTE [ the control protocol ] in _group.
-    for name, (found, failed, next_due) in processes.gather(sent).items():
+    replies = _tag_replies(processes) if direct else processes.gather(sent)
+    for name, (found, failed, next_due) in replies.items():
         crossings[name] = found
         dues[name] = next_due
         if failed is not None:
@@ -99,6 +237,22 @@ def _tag(
     dues[HOST] = host.next_due()
     if failures:
         _fail_first(processes, failures)
+
+
+def _tag_replies(processes: Processes) -> dict[str, Any]:
+    """The tag's reply of every group, whatever another's was (as ``Processes.gather``)."""
+    results: dict[str, Any] = {}
+    first: Exception | None = None
+    for name, group in processes.groups.items():
+        try:
+            results[name] = group.tag_reply()
+        except Exception as exc:
+            results[name] = None
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
+    return results
 
 
 def _fail_first(processes: Processes, failures: list[tuple[str, Failure]]) -> None:

@@ -23,7 +23,6 @@ from .._messages import cpu_copy
 from .._node import Node
 from .._port import _Port
 from .._ports import Input, Output
-from .._run import _host_message
 from .._stats import RunStats
 from ._wire import NO_HOLDER, Crossing, Forwarders, Pipe, Receiver, Standins, joined, split
 
@@ -192,7 +191,7 @@ class Member:
     def write(self, name: str, value: Any) -> None:
         port = self.ports[name]
         assert isinstance(port, Input)
-        self.engine.host_write(port, _host_message(port, value, "run.write()"))
+        self.engine.host_write(port, port._host_snapshot(value, "run.write()"))  # as run.write checks it
 
     def latest(self, name: str) -> tuple[Any, float] | None:
         """The port's latest message (a CPU copy) and its stamp, for a mirror on the host."""

@@ -26,6 +26,7 @@ from .._timer import RealTimeTimer, Timer
 from .._trace import TraceRecorder
 from .._tree import check_tree, mismatch_message
 from ._host import Processes
+from ._lockstep import Lockstep
 from ._main_script import GUARD_EXIT
 from ._member import Member
 from ._placement import HOST, Placement
@@ -68,7 +69,7 @@ def start(
         raise
     member = Member(engine, placement.host, placement.incoming[HOST], list(placement.outgoing[HOST]))
     member.connect_standins()
-    processes = Processes(net, nodes, placement, member, recorder)
+    processes = Processes(net, nodes, placement, member, recorder, lockstep=Lockstep)
     remote = [node for nodes_ in placement.groups.values() for node in nodes_]
     try:
         _claim(remote, engine)

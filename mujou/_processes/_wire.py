@@ -388,7 +388,10 @@ class Receiver:
     selector): each record is taken as it comes, and reads the newest slot of its output, so
     a reader that falls behind skips to the latest message (proc.latest-value). A thread ends
     when its sender's process closes the pipe (it stopped, or died: an end of file), and
-    then closes its end and drops its rings. Anything else that goes wrong in it (an
+    then closes its end and drops its rings. An announcement whose descriptor cannot be
+    fetched any more (an end of file from the sender's resource sharer) means the same: the
+    sender took it back as it closed the pipe, each process of a run stopping at once, so the
+    receiver skips it, and the pipe's end follows. Anything else that goes wrong in it (an
     ``OSError`` fetching a ring's descriptor, out of descriptors) is this process's, not the
     sender's: it stops the run with ``MujouInternalError``, as in the engine's own threads.
     """
@@ -430,7 +433,10 @@ class Receiver:
                     return  # the sender's process closed its end: it stopped, or died
                 if self._stopped:
                     continue  # not unpickled: an announcement would fetch a descriptor
-                record = pickle.loads(data)
+                try:
+                    record = pickle.loads(data)
+                except EOFError:  # an announcement whose descriptor its sender took back
+                    continue  # it closed this pipe (its part of the run ended): its end comes next
                 if record[0] == "announce":
                     _, name, announce = record
                     reader = readers.get(name)
@@ -450,8 +456,11 @@ class Receiver:
             connection.close()
 
     def _publish(self, readers: dict[str, RingReader], published: dict[str, int], name: str) -> None:
-        """Publish the newest slot of ``name``, unless it is out already."""
-        reader = readers[name]
+        """Publish the newest slot of ``name``, unless it is out already (or its ring never
+        came: its sender took the announcement's descriptor back as it ended)."""
+        reader = readers.get(name)
+        if reader is None:
+            return
         got = reader.latest()
         if got is None:
             return

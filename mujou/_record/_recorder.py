@@ -71,11 +71,11 @@ from . import _encoding
 
 if TYPE_CHECKING:
     from .._engine import Engine
+    from .._handles import RunProcesses as Processes  # Protocols: the classes' modules import this one
+    from .._handles import RunView as Run
     from .._net import Net
     from .._node import Node
     from .._port import _Port
-    from .._processes._host import Processes
-    from .._run import Run
 
 COMPRESSIONS = ("zstd", "lz4", None)
 DEFAULT_CHUNK_SIZE = 1 << 20  # bytes of messages per chunk before compression: mcap's default
