@@ -334,34 +334,34 @@ class FeedReader:
         outlive it. The records taken are given back to the writer (tail) once the loop is
         done with the last of them (or when it stops early, up to the record it stopped at).
         """
-        mapped = self._mapped
-        size = self.size
-        end = self._tail + self.ready()
-        given = self._tail
+        view, size = self._mapped.view, self._mapped.size
+        mask, unpack = size - 1, HEADER.unpack_from
+        tail = given = self._tail
+        end = tail + self.ready()
         try:
-            while self._tail < end:
-                if self._tail - given > size >> 3:  # room for the writer as the batch goes
+            while tail < end:
+                if tail - given > size >> 3:  # room for the writer as the batch goes
+                    self._tail = given = tail
                     self.give_back()
-                    given = self._tail
-                offset = self._tail & (size - 1)
-                if size - offset < HEADER.size:
-                    self._tail += size - offset
+                offset = tail & mask
+                if size - offset < 24:  # HEADER.size: no room for a header before the end
+                    tail += size - offset
                     continue
-                nbytes, code, stamp, aux = HEADER.unpack_from(mapped.view, DATA + offset)
+                nbytes, code, stamp, aux = unpack(view, DATA + offset)
                 if code == WRAP:
-                    self._tail += size - offset
+                    tail += size - offset
                     continue
-                start = DATA + offset + HEADER.size
-                payload = mapped.view[start : start + nbytes]
-                self._tail += HEADER.size + ((nbytes + _PAD) & ~_PAD)
-                if code & MORE or code == CONT:
-                    whole = self._fragment(code, stamp, aux, payload)
-                    if whole is None:
-                        continue
+                start = DATA + offset + 24
+                tail += 24 + ((nbytes + _PAD) & ~_PAD)
+                self._tail = tail
+                if code < MORE and code != CONT:
+                    yield code, stamp, aux, view[start : start + nbytes]
+                    continue
+                whole = self._fragment(code, stamp, aux, view[start : start + nbytes])
+                if whole is not None:
                     yield self._kind, self._stamp, self._aux, whole
-                else:
-                    yield code, stamp, aux, payload
         finally:
+            self._tail = tail
             self.give_back()
 
     @property
