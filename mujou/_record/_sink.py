@@ -222,10 +222,19 @@ class Sink:
             self.stream.close()
 
 
+def _yield_to_the_run() -> None:
+    """Run after the run's threads when both want the CPU: the normal policy if the run's
+    process had a real-time one (``chrt``), which a child inherits, and ``nice`` 10."""
+    if hasattr(os, "sched_setscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    if hasattr(os, "nice"):
+        os.nice(_NICE)
+
+
 def serve(config: Config, gone: threading.Event) -> None:
     """Take the feed's records until its END record (or until ``gone``: the run's process is)."""
-    if config.real_time and hasattr(os, "nice"):
-        os.nice(_NICE)
+    if config.real_time:
+        _yield_to_the_run()
     reader = _feed.FeedReader(config.feed_fd, config.feed_size)
     sink = Sink(config)
     forms, first_form = sink.forms, _feed.FIRST_FORM
