@@ -337,7 +337,7 @@ def decode_tensor(
     if len(entries) != 1 or entries[0][0] != _LEN:
         raise ValueError(f"field {number} of a mujou.Tensor is not one packed run: not written by Mujou")
     _, first, last = entries[0]
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     if last - first != numel * itemsize:
         raise ValueError(
             f"a mujou.Tensor of shape {shape} and dtype {name} has {last - first} bytes of data, "
@@ -346,8 +346,8 @@ def decode_tensor(
     tensor = _frombuffer(view, dtype, numel, first)
     if tensor.data_ptr() % itemsize:
         # torch's kernels assume aligned elements (a complex128 op on a misaligned one crashes):
-        # then one copy, made through bytes (always aligned) into torch's own aligned memory
-        tensor = _frombuffer(view, torch.uint8, numel * itemsize, first).clone().view(dtype)
+        # then one copy, into a bytearray, whose memory (Python's allocator) is 16-byte aligned
+        tensor = torch.frombuffer(bytearray(view[first:last]), dtype=dtype)
     return tensor.view(shape)
 
 
