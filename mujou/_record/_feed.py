@@ -54,11 +54,11 @@ _MESSAGES = 9
 DATA = 128  # where the ring starts
 _PAD = 7
 
-# Kinds. A message's kind is its form (>= FIRST_FORM): the channel and the bytes before its data.
+# Kinds. A message's kind is its form (>= FIRST_FORM); its payload is the encoded message.
 WRAP = 0
 META = 1  # payload: pickle of (name, {key: value})
 CHANNEL = 2  # pickle of (channel id, topic, schema name, schema data, metadata)
-FORM = 3  # pickle of (form, channel id, the bytes that go before the payload)
+FORM = 3  # pickle of (form, channel id): a message of the form is a message of the channel
 ATTACH = 4  # aux: time in ns; payload: a keyframe's bytes
 DUMP = 5  # pickle of a path: a snapshot recorder writes what it keeps there
 END = 6  # pickle of the mujou.end record (less messages): finish the file
@@ -202,14 +202,18 @@ class FeedWriter:
             self._fence()
         self._words[_HEAD] = self._head
 
-    def message(self, form: int, address: int, nbytes: int, stamp: float, microstep: int) -> bool:
-        """Append a message: ``nbytes`` at ``address`` (a tensor's memory), of ``form``.
+    def message(self, form: tuple[int, bytes, int], address: int, stamp: float, microstep: int) -> bool:
+        """Append a message of ``form`` (its kind, the bytes its encoding puts before the data,
+        and the data's bytes): the prefix, then the data at ``address`` (a tensor's memory), one
+        payload that the recorder process writes as it is.
 
         False, appending nothing, when the ring has no room for it now, or ``waiting`` messages
-        wait. ``nbytes`` must be at most :meth:`largest` (a larger one goes by :meth:`record`).
+        wait. The payload must be at most :meth:`largest` (a larger one goes by :meth:`record`).
         The hooks' path: everything it needs is at hand, the rest is in :meth:`_reserve`.
         """
-        need = 24 + ((nbytes + _PAD) & ~_PAD)  # HEADER.size
+        kind, prefix, nbytes = form
+        length = len(prefix) + nbytes
+        need = 24 + ((length + _PAD) & ~_PAD)  # HEADER.size
         lock = self._lock
         lock.acquire()
         try:
@@ -224,12 +228,14 @@ class FeedWriter:
                 if found is None:
                     return False
                 offset, head = found, self._head
-            _pack_header(self._view, DATA + offset, nbytes, form, stamp, microstep)
+            start = DATA + offset + 24
+            _pack_header(self._view, start - 24, length, kind, stamp, microstep)
+            self._view[start : start + len(prefix)] = prefix
             copy = self._copy
             if copy is None:
-                ctypes.memmove(self._address + offset + 24, address, nbytes)
+                ctypes.memmove(self._address + offset + 24 + len(prefix), address, nbytes)
             else:
-                self._to.value = self._address + offset + 24
+                self._to.value = self._address + offset + 24 + len(prefix)
                 self._from.value = address
                 copy(self._to, self._from, nbytes)
             self._head = head = head + need

@@ -212,8 +212,9 @@ class _Channel:
     ids: dict[object, int] = field(default_factory=dict)  # structure key -> channel id
     forms: dict[object, int] = field(default_factory=dict)  # form key -> form
     # The form of the last message when it is a CPU tensor small enough for one record:
-    # (dtype, shape, form, bytes); a message like it takes the fast path of the tap.
-    current: tuple[torch.dtype, torch.Size, int, int] | None = None
+    # (dtype, shape, (form, its encoding's bytes before the data, the data's bytes)); a message
+    # like it takes the fast path of the tap.
+    current: tuple[torch.dtype, torch.Size, tuple[int, bytes, int]] | None = None
     # Messages dropped: counted only where the port's messages are published (its node's hook
     # thread, or the engine's commit), one thread at a time, so a plain int is enough.
     lost: int = 0
@@ -393,12 +394,12 @@ class Session:
                 or not message.is_contiguous()
             ):
                 self._slow(channel, message, stamp, microstep)
-            elif not append(current[2], message.data_ptr(), current[3], stamp, microstep):
+            elif not append(current[2], message.data_ptr(), stamp, microstep):
                 if wait is None:
                     channel.lost += 1
                     return
                 try:
-                    while not append(current[2], message.data_ptr(), current[3], stamp, microstep):
+                    while not append(current[2], message.data_ptr(), stamp, microstep):
                         wait()
                 except _GoneError:
                     channel.lost += 1
@@ -415,7 +416,7 @@ class Session:
             elif not tensor.is_contiguous():
                 tensor = tensor.contiguous()
             form_key: object = (tensor.dtype, tensor.shape)
-            payload: memoryview | bytes = _encoding.tensor_bytes(tensor)
+            payload = _encoding.encode_tensor(tensor)
         else:
             form_key = _encoding.structure_key(message)
             payload = b"".join(_encoding.message_parts(message, cpu_tensor_copy)[1])
@@ -430,7 +431,8 @@ class Session:
             channel.lost += 1
             return
         if isinstance(message, torch.Tensor) and message.is_cpu and len(payload) <= self.feed.largest():
-            channel.current = (message.dtype, message.shape, form, len(payload))
+            head = _encoding.tensor_head(message.dtype, message.shape)
+            channel.current = (message.dtype, message.shape, (form, head, len(payload) - len(head)))
         else:
             channel.current = None
 
@@ -446,9 +448,8 @@ class Session:
                 channel_id = self._register(channel, key, message, wait)
                 if channel_id is None:
                     return None
-        head = _encoding.tensor_head(form_key[0], form_key[1]) if key is _encoding.TENSOR else b""  # type: ignore[index]  # a (dtype, shape) key
         form = next(self.next_form)
-        if not self.feed.record(_feed.FORM, pickle.dumps((form, channel_id, head)), wait=wait):
+        if not self.feed.record(_feed.FORM, pickle.dumps((form, channel_id)), wait=wait):
             return None
         channel.forms[form_key] = form
         return form

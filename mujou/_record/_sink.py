@@ -13,7 +13,8 @@ the last ``window_ns`` of timer time, and writes them (pickled) to the path of a
 or of the ``END`` record, for the run's process to write the snapshot file from.
 
 The recorder process does what the recording costs but the copy of the bytes into the feed:
-the encoding (the bytes before a tensor's data come with its form) and ``mcap``'s writer, a few
+``mcap``'s writer (the run's process puts each message in the feed encoded, as its bytes go
+in), a few
 µs of Python per message, on another interpreter, so that the hooks never wait for the GIL it
 holds (NOTE [ the writer and the GIL ] in ``_recorder``). Under the real-time timer it runs at
 a lower priority (``nice``) than the run, so that on a busy machine the run's threads get the
@@ -126,7 +127,7 @@ class Sink:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.forms: dict[int, tuple[int, bytes]] = {}  # form -> channel id, bytes before the data
+        self.forms: dict[int, int] = {}  # form -> channel id
         self.messages = 0
         self.kept: collections.deque[Message] = collections.deque()
         self.keyframes: list[Keyframe] = []
@@ -140,17 +141,16 @@ class Sink:
     def take(self, kind: int, stamp: float, aux: int, payload: memoryview) -> bool:
         """Write (or keep) one record; True at the END record (the file is complete)."""
         if kind >= _feed.FIRST_FORM:
-            channel_id, head = self.forms[kind]
-            data = b"".join((head, payload))
+            channel_id = self.forms[kind]
             time_ns = round(stamp * 1e9)
             self.messages += 1
             if self.writer is not None:
-                self.writer.add_message(channel_id, time_ns, data, time_ns, aux)
+                self.writer.add_message(channel_id, time_ns, payload, time_ns, aux)  # copied there
             else:
-                self._keep((channel_id, time_ns, aux, data))
+                self._keep((channel_id, time_ns, aux, bytes(payload)))
         elif kind == _feed.FORM:
-            form, channel_id, head = pickle.loads(payload)
-            self.forms[form] = (channel_id, head)
+            form, channel_id = pickle.loads(payload)
+            self.forms[form] = channel_id
         elif kind == _feed.ATTACH:
             if self.writer is not None:
                 self.writer.add_attachment(
@@ -245,9 +245,8 @@ def serve(config: Config, gone: threading.Event) -> None:
         for kind, stamp, aux, payload in reader.records():
             took = True
             if kind >= first_form and add is not None:  # the most of them: Sink.take's first case
-                channel_id, head = forms[kind]
                 time_ns = round(stamp * 1e9)
-                add(channel_id, time_ns, head + payload, time_ns, aux)
+                add(forms[kind], time_ns, payload, time_ns, aux)  # mcap copies the payload
                 sink.messages += 1
             elif sink.take(kind, stamp, aux, payload):
                 reader.count(sink.messages)
