@@ -231,11 +231,12 @@ class Session:
     NOTE [ the recorder's tap ]
     The recorder watches each recorded output as ``run.subscribe`` does (a watcher of the port,
     called where the message is published): a run that records nothing runs no code of it. The
-    watcher copies a CPU tensor's bytes into the feed (``_feed``), a shared-memory ring that the
-    recorder process (``_sink``) reads: it encodes and writes them there. A message of a new
-    dtype, shape or structure first registers its channel and its form (the bytes that go
-    before its data) in the feed; a structured message, or a tensor on another device, is
-    encoded (brought to the CPU) by the watcher, and its bytes go the same way.
+    watcher copies a CPU tensor's encoding into the feed (``_feed``), a shared-memory ring that
+    the recorder process (``_sink``) reads and writes to the file: the bytes that go before the
+    data, kept for its dtype and shape, then the tensor's own bytes. A message of a new dtype,
+    shape or structure first registers its form (and its channel, if new) in the feed; a
+    structured message, or a tensor on another device, is encoded (brought to the CPU) by the
+    watcher whole, and its bytes go the same way.
 
     NOTE [ the writer and the GIL ]
     The writer is a process of its own because a writer thread in the run's process runs
