@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -338,17 +340,78 @@ def test_only_the_chosen_outputs_are_recorded(tmp_path: Path) -> None:
     assert sorted(c.topic for c in read(path).channels) == ["/counter/nest", "/plus/out"]
 
 
-@pytest.mark.rule("record.metadata")
+@pytest.mark.rule("record.metadata", "record.process")
 def test_a_file_is_complete_only_once_the_run_stopped(tmp_path: Path) -> None:
+    """The header and the metadata records are in the file once mujou.run returned, mujou.end
+    once the run stopped. Planted: the recorder process not waited for at the start (the
+    file is still empty)."""
+    from mcap.records import Metadata
+    from mcap.stream_reader import StreamReader
+
     path = tmp_path / "open.mcap"
     run = mujou.run(counting_net(), timer=vt(), record=path)
     try:
-        run.sleep(0.3)
         with open(path, "rb") as stream:  # the header and what is written so far
             assert stream.read(8) == b"\x89MCAP0\r\n"
+            stream.seek(0)
+            names = []
+            for record in StreamReader(stream).records:
+                if isinstance(record, Metadata):
+                    names.append(record.name)
+                if len(names) == 2:
+                    break
+        assert names == ["mujou", "mujou.net"]
+        run.sleep(0.3)
     finally:
         run.stop()
     assert "mujou.end" in read(path).metadata
+
+
+@pytest.mark.rule("record.process")
+def test_a_killed_run_leaves_a_file_its_recorder_process_completed(tmp_path: Path) -> None:
+    """The run's process killed in the middle of its run: its recorder process writes every
+    message the run sent and the file's summary, without mujou.end. Planted: the recorder
+    process not watching its standard input (it never ends: the file gets no summary)."""
+    from _support import checkout_environ
+
+    path = tmp_path / "killed.mcap"
+    script = textwrap.dedent(
+        f"""
+        import os, signal, torch, mujou
+        class Source(mujou.Node):
+            out = mujou.Output()
+            def __init__(self):
+                super().__init__(period=0.01, seed=0)
+            def on_update(self, dt):
+                self.out.send(torch.ones(4))
+        net = mujou.Net()
+        net.source = Source()
+        run = mujou.run(net, timer=mujou.VirtualTimer(), record={str(path)!r})
+        run.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+        check=False,
+        env=checkout_environ(quiet=True),
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    began = time.monotonic()
+    while not path.read_bytes().endswith(b"\x89MCAP0\r\n"):  # the recorder process writes on
+        assert time.monotonic() - began < HANG_GUARD, "the recorder process did not end the file"
+        time.sleep(0.01)
+    file = read(path)
+    assert [m.log_time for m in file.on("/source/out")] == [10_000_000 * k for k in range(1, 101)]
+    assert "mujou.end" not in file.metadata and "mujou.net" in file.metadata
+    with pytest.warns(mujou.TruncatedRecordingWarning):
+        opened = mujou.Recording(path)
+    with opened:
+        assert opened.cut is not None and "no 'mujou.end' record" in opened.cut
+        assert opened.message_count == 100
 
 
 class Burst(Node):

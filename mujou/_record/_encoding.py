@@ -46,6 +46,7 @@ import ctypes
 import dataclasses
 import importlib
 import json
+import math
 import re
 import struct
 import sys
@@ -157,27 +158,20 @@ def tensor_parts(tensor: torch.Tensor) -> tuple[int, list[Any]]:
     contiguous copy when it is not contiguous), valid while the parts are alive: join them
     (:func:`encode_tensor`) before the tensor can change.
     """
-    _check_byteorder()
     if tensor.requires_grad:
         tensor = tensor.detach()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    parts: list[Any] = []
-    shape = tensor.shape
-    if shape:
-        packed = b"".join(varint(size) for size in shape)
-        parts.append(b"\x0a" + varint(len(packed)) + packed)
-    parts.append(_DTYPE_FIELDS[tensor.dtype])
-    nbytes = tensor.numel() * tensor.element_size()
-    if nbytes:
-        number = _FIELD_OF_DTYPE.get(tensor.dtype, _RAW)
-        parts.append(_key(number, _LEN) + varint(nbytes))
-        parts.append(_memory(tensor, nbytes))
-    return sum(len(part) for part in parts), parts
+    head = tensor_head(tensor.dtype, tensor.shape)
+    nbytes = tensor.nbytes
+    if not nbytes:
+        return len(head), [head]
+    return len(head) + nbytes, [head, tensor_bytes(tensor)]
 
 
-def _memory(tensor: torch.Tensor, nbytes: int) -> memoryview:
+def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     """A byte view of a contiguous CPU tensor's memory (no copy); keeps the tensor alive."""
+    nbytes = tensor.nbytes
     array = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
     array._mujou_tensor = tensor  # type: ignore[attr-defined]  # keeps the memory alive with the view
     return memoryview(array).cast("B")
@@ -185,32 +179,46 @@ def _memory(tensor: torch.Tensor, nbytes: int) -> memoryview:
 
 _SMALL_TENSOR = 1 << 16  # bytes: a smaller tensor's bytes are copied out whole (fewer calls)
 _MAX_HEADS = 1024  # the (dtype, shape) heads kept; past this many, forgotten all at once
-_heads: dict[tuple[torch.dtype, torch.Size], bytes] = {}
+_heads: dict[tuple[torch.dtype, tuple[int, ...]], bytes] = {}
+
+
+def tensor_head(dtype: torch.dtype, shape: tuple[int, ...]) -> bytes:
+    """The bytes of a ``mujou.Tensor`` of ``dtype`` and ``shape`` before its data (all of them
+    for an empty tensor): its shape, its dtype and its data field's key and length. They depend
+    on the dtype and shape only, and are kept for each."""
+    key = (dtype, shape)
+    head = _heads.get(key)
+    if head is not None:
+        return head
+    _check_byteorder()
+    parts = []
+    if shape:
+        packed = b"".join(varint(size) for size in shape)
+        parts.append(b"\x0a" + varint(len(packed)) + packed)
+    parts.append(_DTYPE_FIELDS[dtype])
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes:
+        parts.append(_key(_FIELD_OF_DTYPE.get(dtype, _RAW), _LEN) + varint(nbytes))
+    head = b"".join(parts)
+    if len(_heads) >= _MAX_HEADS:
+        _heads.clear()
+    _heads[key] = head
+    return head
 
 
 def encode_tensor(tensor: torch.Tensor) -> bytes:
-    """The ``mujou.Tensor`` bytes of a CPU ``tensor`` (the recorder's path: one join).
-
-    The bytes before the data depend on the dtype and shape only, and are kept for each.
-    """
+    """The ``mujou.Tensor`` bytes of a CPU ``tensor`` (one join)."""
     if tensor.requires_grad:
         tensor = tensor.detach()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    key = (tensor.dtype, tensor.shape)
-    head = _heads.get(key)
-    if head is None:
-        parts = tensor_parts(tensor)[1]
-        head = b"".join(parts[:-1]) if tensor.nbytes else b"".join(parts)
-        if len(_heads) >= _MAX_HEADS:
-            _heads.clear()
-        _heads[key] = head
+    head = tensor_head(tensor.dtype, tensor.shape)
     nbytes = tensor.nbytes
     if not nbytes:
         return head
     if nbytes < _SMALL_TENSOR:
         return head + ctypes.string_at(tensor.data_ptr(), nbytes)
-    return b"".join((head, _memory(tensor, nbytes)))
+    return b"".join((head, tensor_bytes(tensor)))
 
 
 class _Fields:
@@ -329,7 +337,7 @@ def decode_tensor(
     if len(entries) != 1 or entries[0][0] != _LEN:
         raise ValueError(f"field {number} of a mujou.Tensor is not one packed run: not written by Mujou")
     _, first, last = entries[0]
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     if last - first != numel * itemsize:
         raise ValueError(
             f"a mujou.Tensor of shape {shape} and dtype {name} has {last - first} bytes of data, "
@@ -338,8 +346,8 @@ def decode_tensor(
     tensor = _frombuffer(view, dtype, numel, first)
     if tensor.data_ptr() % itemsize:
         # torch's kernels assume aligned elements (a complex128 op on a misaligned one crashes):
-        # then one copy, made through bytes (always aligned) into torch's own aligned memory
-        tensor = _frombuffer(view, torch.uint8, numel * itemsize, first).clone().view(dtype)
+        # then one copy, into a bytearray, whose memory (Python's allocator) is 16-byte aligned
+        tensor = torch.frombuffer(bytearray(view[first:last]), dtype=dtype)
     return tensor.view(shape)
 
 

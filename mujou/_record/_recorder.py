@@ -14,45 +14,27 @@ Making a recording programmatically::
     # the message; _state.loads(attachment.data, name) a keyframe's state tree.
 
 The file layout is the page "Record and replay" (:ref:`record.layout`); the message encoding is
-``_encoding.py``'s. See :ref:`record.recorder`. The file is written by ``mcap``'s own writer: the
-reference implementation of the format Foxglove and the other viewers read, it writes chunks
-with their indexes and a summary (a reader finds ports, times and keyframes without a full
-scan), and it is pure Python with lz4 and zstandard as its only dependencies. Its cost per
-message (a few µs of Python) bounds the recorder's rate for small messages.
-
-NOTE [ the recorder's tap ]
-The recorder watches each recorded output as ``run.subscribe`` does (a watcher of the port,
-called where the message is published): a run that records nothing runs no code of it. The
-watcher puts ``(channel, message, time, microstep)`` on a deque; a writer thread of the run
-(``mujou-record``) takes them off, brings tensors to the CPU, encodes and writes them. Messages
-are read-only once sent (ports.message-read-only), so the reference is enough.
-NOTE [ the writer and the GIL ]
-Under the GIL a thread that computes in Python keeps the GIL until another has waited for it
-for the switch interval (5 ms): a writer busy for long would make every hook that wants the GIL
-meanwhile start up to 5 ms late. Under the real-time timer the writer therefore sleeps briefly
-(``_PAUSE``) after each ``_SLICE`` of writing: a sleep lets a waiting thread take the GIL at
-once, so a hook waits for the writer about ``_SLICE`` at most. This halves the writer's
-throughput at most; under the virtual timer, where lateness means nothing, it writes flat out.
-Nor does a hook's message wake an idle writer (a wake-up per message hands the GIL to the
-writer and back each time: on the fleet at N=100 that alone took the p99 lateness from 1.9 ms
-to 8.6 ms): the idle writer looks at the queue every ``_POLL``, and is woken only when the
-queue is half full.
-
-Under the real-time timer the watcher runs in the sending hook: it never waits; past ``queue``
-waiting messages it drops the new one and counts it (``lost``). Under the virtual timer it runs
-where the instant's messages are published, between instants: it waits there for room, so
-nothing is lost and the instants that follow start later; what runs does not change.
+``_encoding.py``'s. See :ref:`record.recorder`. The file is written by ``mcap``'s own writer, in
+a process of its own (``_sink``, fed through shared memory by ``_feed``: NOTE [ the writer and
+the GIL ]): the reference implementation of the format Foxglove and the other viewers read, it
+writes chunks with their indexes and a summary (a reader finds ports, times and keyframes
+without a full scan), and it is pure Python with lz4 and zstandard as its only dependencies.
+Its cost per message (a few µs of Python) bounds the recorder's rate for small messages.
 """
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import functools
 import itertools
 import json
 import math
 import os
+import pickle
 import platform
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -67,7 +49,7 @@ from .._files import file_path, reworded, written
 from .._messages import cpu_tensor_copy
 from .._numbers import shown
 from .._state import dumps
-from . import _encoding
+from . import _encoding, _feed, _sink
 
 if TYPE_CHECKING:
     from .._engine import Engine
@@ -79,15 +61,12 @@ if TYPE_CHECKING:
 
 COMPRESSIONS = ("zstd", "lz4", None)
 DEFAULT_CHUNK_SIZE = 1 << 20  # bytes of messages per chunk before compression: mcap's default
-DEFAULT_QUEUE = 8192  # messages waiting for the writer at most (real-time timer): about 0.1 s at 80k/s
-STATE_MEDIA_TYPE = "application/x-mujou-state"
+DEFAULT_QUEUE = 8192  # messages waiting for the recorder process at most (real-time timer)
+DEFAULT_BUFFER = 1 << 26  # bytes of the feed to the recorder process (64 MiB)
 _NO_HOLDER = -1  # Engine.crashed's holder of a thread that holds no node
-_IDLE_WAIT = 0.05  # real seconds the writer sleeps on an empty queue before it looks again
-_ROOM_WAIT = 0.05  # real seconds a virtual-timer tap waits for room before it looks again
-_STUCK = 60.0  # real seconds without progress after which the writer is taken for stuck
-_SLICE = 0.0001  # real seconds the writer writes under the real-time timer before a pause
-_POLL = 0.002  # real seconds between two looks of an idle writer at the queue (real-time timer)
-_PAUSE = 0.00005  # real seconds of that pause (the OS makes it longer: its timer slack)
+_IDLE_WAIT = 0.05  # real seconds the keyframe thread sleeps at most before it looks at the time
+_ROOM_WAIT = 0.0002  # real seconds a tap that waits for room in the feed sleeps before it looks again
+_STUCK = 60.0  # real seconds without progress after which the recorder process is taken for stuck
 
 
 def _mcap() -> Any:
@@ -112,8 +91,11 @@ class Recorder:
             ``mujou.save`` writes it), the first at the run's start; None writes none.
         compression: ``"zstd"``, ``"lz4"`` or None: how each chunk is compressed.
         chunk_size: Bytes of messages per chunk.
-        queue: Under the real-time timer, the messages waiting for the writer at most; more
-            are dropped and counted (:attr:`lost`).
+        queue: Under the real-time timer, the messages waiting for the recorder process at
+            most; more are dropped and counted (:attr:`lost`).
+        buffer: The bytes of shared memory through which the messages go to the recorder
+            process (a power of two, at least 4096; rounded up to one). Under the real-time
+            timer a message that finds it full is dropped and counted.
         snapshot: Keep only the last ``snapshot`` timer seconds in memory, and write them on
             :meth:`snapshot` (rosbag2's snapshot mode); None writes as the run goes.
 
@@ -129,6 +111,7 @@ class Recorder:
         compression: str | None = "zstd",
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         queue: int = DEFAULT_QUEUE,
+        buffer: int = DEFAULT_BUFFER,
         snapshot: float | None = None,
     ) -> None:
         _mcap()
@@ -154,18 +137,19 @@ class Recorder:
         self._compression = compression
         self._chunk_size = _count("chunk_size", chunk_size)
         self._queue = _count("queue", queue)
+        self._buffer = max(4096, 1 << (_count("buffer", buffer) - 1).bit_length())
         self._snapshot = snapshot
         self._session: Session | None = None
 
     @property
     def lost(self) -> int:
-        """The messages dropped because the writer fell ``queue`` messages behind (real-time timer)."""
+        """The messages dropped because the recorder process fell behind (real-time timer)."""
         return 0 if self._session is None else self._session.lost_count()
 
     @property
     def messages(self) -> int:
-        """The messages the writer has taken so far (written to the file, or into a snapshot
-        recorder's memory)."""
+        """The messages the recorder process has taken so far (written to the file, or into a
+        snapshot recorder's memory)."""
         return 0 if self._session is None else self._session.messages
 
     def snapshot(self, path: str | os.PathLike[str]) -> None:
@@ -217,7 +201,8 @@ def recorder_of(record: object) -> Recorder | None:
 
 @dataclass
 class _Channel:
-    """A recorded output: its names, and a channel id for each message structure met."""
+    """A recorded output: its names, a channel id for each message structure met, a form for
+    each tensor dtype and shape (and structure) met."""
 
     port: _Port
     name: str  # node.port
@@ -225,32 +210,48 @@ class _Channel:
     attr: str
     metadata: dict[str, str]
     ids: dict[object, int] = field(default_factory=dict)  # structure key -> channel id
+    forms: dict[object, int] = field(default_factory=dict)  # form key -> form
+    # The form of the last message when it is a CPU tensor small enough for one record:
+    # (dtype, shape, (form, its encoding's bytes before the data, the data's bytes)); a message
+    # like it takes the fast path of the tap.
+    current: tuple[torch.dtype, torch.Size, tuple[int, bytes, int]] | None = None
     # Messages dropped: counted only where the port's messages are published (its node's hook
     # thread, or the engine's commit), one thread at a time, so a plain int is enough.
     lost: int = 0
     mirrored: bool = False  # its node is in another process: the host sees no microstep
 
 
-@dataclass
-class _Kept:
-    """A snapshot recorder's memory: encoded messages and keyframes, oldest first."""
-
-    messages: collections.deque[tuple[int, int, int, bytes]] = field(default_factory=collections.deque)
-    keyframes: list[tuple[int, bytes]] = field(default_factory=list)
-
-
-_STOP = object()
-
-
-class _Flush:
-    """A marker the writer sets when it reaches it: everything before it is written or kept."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
+class _GoneError(Exception):
+    """The recorder process is gone: a tap that waits for room gives up."""
 
 
 class Session:
-    """One run's recording: the channels, the queue, the writer thread, the keyframes."""
+    """One run's recording: the channels, the feed, the recorder process, the keyframes.
+
+    NOTE [ the recorder's tap ]
+    The recorder watches each recorded output as ``run.subscribe`` does (a watcher of the port,
+    called where the message is published): a run that records nothing runs no code of it. The
+    watcher copies a CPU tensor's encoding into the feed (``_feed``), a shared-memory ring that
+    the recorder process (``_sink``) reads and writes to the file: the bytes that go before the
+    data, kept for its dtype and shape, then the tensor's own bytes. A message of a new dtype,
+    shape or structure first registers its form (and its channel, if new) in the feed; a
+    structured message, or a tensor on another device, is encoded (brought to the CPU) by the
+    watcher whole, and its bytes go the same way.
+
+    NOTE [ the writer and the GIL ]
+    The writer is a process of its own because a writer thread in the run's process runs
+    Python under the run's GIL: ``mcap``'s writer spends a few µs of Python per message and
+    8-15 ms on each chunk's close, and a hook that wanted the GIL meanwhile waited for it (up
+    to the 5 ms switch interval). The run's process now spends only the copy into the feed,
+    in the hook that sends; no thread of it runs Python for the recording but to start and
+    end it, and to take keyframes.
+
+    Under the real-time timer the watcher never waits: when ``queue`` messages wait for the
+    recorder process, or the feed has no room, it drops the message and counts it (``lost``).
+    Under the virtual timer it runs where the instant's messages are published, between
+    instants: it waits there for room (noticing a recorder process that died), so nothing is
+    lost and the instants that follow start later; what runs does not change.
+    """
 
     def __init__(
         self, recorder: Recorder, net: Net, nodes: Sequence[Node], engine: Engine, workers: int, *, seed: int
@@ -261,52 +262,105 @@ class Session:
         self.engine = engine
         self.virtual = engine.virtual
         self.channels = _channels(recorder, nodes)
-        self.pending: collections.deque[Any] = collections.deque()
-        self.limit = recorder._queue
-        self.messages = 0
-        self.idle = False
-        self.wake = threading.Event()
-        self.room = threading.Event()
-        self.waiting_room = False
         self.dead = False
         self.failure: BaseException | None = None
         self.reported = False  # the failure was made the run's error
         self.closing = False
         self.closed = False
+        self.final_messages = 0  # recorder.messages once the recorder process ended
         self.window = None if recorder._snapshot is None else round(recorder._snapshot * 1e9)
-        self.kept = _Kept()
-        self.kept_lock = threading.Lock()
+        self.kept: tuple[list[_sink.Message], list[_sink.Keyframe]] | None = None  # after close
         self.kept_channels: list[tuple[int, _Channel, _encoding.Plan, dict[str, str]]] = []
         self.muted = False  # while a restore republishes the saved messages: not sent in this run
-        self.schemas: dict[object, int] = {}  # (schema name, schema data) -> id, in the file
-        self.plans: dict[tuple[int, object], tuple[_encoding.Plan, int]] = {}  # (channel, key) -> plan, id
+        self.register_lock = threading.Lock()  # channel ids in the feed's order, as mcap numbers them
         self.next_channel = itertools.count(1)
+        self.next_form = itertools.count(_feed.FIRST_FORM)
         self.start_time = engine.time()
         self.keyframe_n = 0
         # The header is written by start(), once the run has seeded its nodes (threads.derived-seed).
         self.header_of = functools.partial(_header, net, nodes, engine, workers, recorder, seed=seed)
         self.header: dict[str, dict[str, str]] = {}
         self.unwatch: list[Callable[[], None]] = []
-        self.writer: Any = None
-        self.stream: _Unbuffered | None = None
-        self.last_progress = (time.monotonic(), 0)
-        if recorder._path is not None and self.window is None:
-            self.stream = _open(recorder._path)
-        self.polite = not self.virtual  # NOTE [ the writer and the GIL ]
-        self.slice_began = 0.0
-        self.thread = threading.Thread(target=self._main, name="mujou-record", daemon=True)
+        # Under the virtual timer a tap waits for room instead: queue does not count there.
+        waiting = sys.maxsize if self.virtual else recorder._queue
+        self.feed = _feed.FeedWriter(recorder._buffer, waiting)
+        file_fd = None
+        try:
+            if recorder._path is not None and self.window is None:
+                file_fd = _open(recorder._path)
+            self.process = self._launch(file_fd)
+        except BaseException:
+            self.feed.close()
+            if file_fd is not None:
+                assert recorder._path is not None
+                recorder._path.unlink(missing_ok=True)
+            raise
+        finally:
+            if file_fd is not None:
+                os.close(file_fd)  # the recorder process has its own
+        self.monitor = threading.Thread(target=self._watch_process, name="mujou-record", daemon=True)
+        self.monitor.start()
         recorder._session = self
+
+    def _launch(self, file_fd: int | None) -> subprocess.Popen[bytes]:
+        """Start the recorder process and send it its Config."""
+        from .._version import __version__
+
+        config = _sink.Config(
+            feed_fd=self.feed.fd,
+            feed_size=self.feed.size,
+            file_fd=file_fd,
+            chunk_size=self.recorder._chunk_size,
+            compression=self.recorder._compression,
+            library=f"mujou {__version__}",
+            window_ns=self.window,
+            real_time=not self.virtual,
+        )
+        fds = (self.feed.fd,) if file_fd is None else (self.feed.fd, file_fd)
+        process = subprocess.Popen(
+            [sys.executable, "-c", _sink.launch_code()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=fds,
+        )
+        assert process.stdin is not None
+        process.stdin.write(pickle.dumps(config))
+        process.stdin.flush()  # kept open: the recorder process takes its end for the run's
+        return process
+
+    def _watch_process(self) -> None:
+        """The monitor thread: waits for the recorder process; its early end is the run's error."""
+        try:
+            process = self.process
+            assert process.stderr is not None
+            with process.stderr:
+                errors = process.stderr.read()
+            code = process.wait()
+            if code == 0 and self.closing:
+                return
+            text = errors.decode(errors="replace").strip().splitlines()
+            why = text[-1] if text else "no message"
+            self.failure = MujouInternalError(f"the recorder process ended with exit code {code}: {why}")
+            self.dead = True
+            if not self.closing and not self.engine.ended:
+                self.reported = True  # the run's error: close() need not raise it again
+                self.engine.crashed(_NO_HOLDER, self.failure, exits=False)
+        except BaseException as exc:
+            self.failure, self.dead = exc, True
+            if not self.engine.ended:
+                self.engine.crashed(_NO_HOLDER, exc, exits=False)
 
     # -- the tap --------------------------------------------------------------------------
 
     def begin(self, processes: Processes | None = None) -> None:
-        """Start the writer and watch every recorded port (before any hook of the host's
+        """Write the header and watch every recorded port (before any hook of the host's
         process runs); a port of another process through its mirror (:ref:`record.processes`)."""
         self.start()
         for channel in self.channels:
             port = channel.port
             channel.mirrored = processes is not None and processes.group_of(port.node) is not None
-            watcher = self._real_watcher(channel) if not self.virtual else self._virtual_watcher(channel)
+            watcher = self._watcher(channel)
             port._add_watcher(watcher)
             self.unwatch.append(functools.partial(port._remove_watcher, watcher))
             if processes is not None and channel.mirrored:
@@ -318,152 +372,93 @@ class Session:
         if not self.virtual and self.recorder._state_every is not None:
             self.keyframes_real(run)
 
-    def _real_watcher(self, channel: _Channel) -> Callable[[Any], None]:
-        port, pending, limit = channel.port, self.pending, self.limit
-        wake_at = limit // 2
+    def _watcher(self, channel: _Channel) -> Callable[[Any], None]:
+        """The tap of ``channel`` (NOTE [ the recorder's tap ]): a CPU tensor like the last
+        message goes straight into the feed, any other message by :meth:`_slow`."""
+        port, append, tensor = channel.port, self.feed.message, torch.Tensor
+        engine = None if channel.mirrored or not self.virtual else self.engine
+        wait = self._wait_room if self.virtual else None
 
         def watch(message: Any) -> None:
             if self.muted:
                 return
-            if len(pending) >= limit:
-                channel.lost += 1
-                return
             latest = port._latest
-            pending.append((channel, message, latest[3] if latest is not None else 0.0, 0))
-            if self.idle and len(pending) > wake_at:  # NOTE [ the writer and the GIL ]
-                self.wake.set()
-
-        return watch
-
-    def _virtual_watcher(self, channel: _Channel) -> Callable[[Any], None]:
-        port, pending, limit = channel.port, self.pending, self.limit
-        engine = None if channel.mirrored else self.engine
-
-        def watch(message: Any) -> None:
-            if self.muted:
-                return
-            while len(pending) >= limit and not self.dead:
-                self.waiting_room = True
-                self.room.wait(_ROOM_WAIT)
-                self.room.clear()
-            if self.dead:
-                channel.lost += 1
-                return
-            latest = port._latest
+            stamp = latest[3] if latest is not None else 0.0
             microstep = 0 if engine is None else engine.microstep
-            pending.append((channel, message, latest[3] if latest is not None else 0.0, microstep))
-            if self.idle:
-                self.wake.set()
+            current = channel.current
+            if (
+                current is None
+                or not isinstance(message, tensor)
+                or message.dtype is not current[0]
+                or message.shape != current[1]
+                or not message.is_cpu
+                or not message.is_contiguous()
+            ):
+                self._slow(channel, message, stamp, microstep)
+            elif not append(current[2], message.data_ptr(), stamp, microstep):
+                if wait is None:
+                    channel.lost += 1
+                    return
+                try:
+                    while not append(current[2], message.data_ptr(), stamp, microstep):
+                        wait()
+                except _GoneError:
+                    channel.lost += 1
 
         return watch
 
-    def lost_count(self) -> int:
-        """The messages dropped so far."""
-        return sum(channel.lost for channel in self.channels)
-
-    # -- the writer thread ----------------------------------------------------------------
-
-    def start(self) -> None:
-        self.header = self.header_of()
-        # The outputs chosen, whether or not they send: a replay tells a port left out of the
-        # recording from one that sent nothing (replay.mismatch).
-        self.header["mujou"]["outputs"] = json.dumps([channel.name for channel in self.channels])
-        if self.stream is not None:
-            self.writer = self._new_writer(self.stream)
-        self.thread.start()
-
-    def _new_writer(self, stream: Any) -> Any:
-        """An ``mcap`` writer on ``stream`` with the recorder's chunks and compression, started,
-        the header's metadata records written."""
-        mcap = _mcap()
-        compression = {
-            "zstd": mcap.CompressionType.ZSTD,
-            "lz4": mcap.CompressionType.LZ4,
-            None: mcap.CompressionType.NONE,
-        }[self.recorder._compression]
-        writer = mcap.Writer(stream, chunk_size=self.recorder._chunk_size, compression=compression)
-        writer.start(profile="mujou", library=f"mujou {self.header['mujou']['version']}")
-        for name, values in self.header.items():
-            writer.add_metadata(name, values)
-        return writer
-
-    def _main(self) -> None:
-        try:
-            while True:
-                item = self._next()
-                if item is _STOP:
-                    break
-                if isinstance(item, _Flush):
-                    item.done.set()
-                    continue
-                channel, message, stamp, microstep = item
-                if channel is None:
-                    self._keyframe(stamp, message)
-                else:
-                    self._message(channel, message, stamp, microstep)
-                del item, message  # the message's memory goes back now, not at the next one
-            if self.writer is not None:
-                self._finish()
-        except BaseException as exc:
-            self.failure = exc
-            self.dead = True
-            self.room.set()
-            if not self.closing:
-                self.reported = True  # the run's error: close() need not raise it again
-                self.engine.crashed(_NO_HOLDER, exc, exits=False)
-
-    def _next(self) -> Any:
-        pending = self.pending
-        while True:
-            if self.polite and time.perf_counter() - self.slice_began > _SLICE:
-                time.sleep(_PAUSE)  # NOTE [ the writer and the GIL ]
-                self.slice_began = time.perf_counter()
-            try:
-                item = pending.popleft()
-            except IndexError:
-                self.idle = True
-                if pending:
-                    self.idle = False
-                    continue
-                self.wake.wait(_POLL if self.polite else _IDLE_WAIT)
-                self.wake.clear()
-                self.idle = False
-                self.slice_began = time.perf_counter()
-                continue
-            # The tap waiting for room is woken once half the queue is free, not at each
-            # message taken: a wake-up per message would hand the GIL back and forth each time.
-            if self.waiting_room and len(pending) <= self.limit // 2:
-                self.waiting_room = False
-                self.room.set()
-            return item
-
-    def _message(self, channel: _Channel, message: Any, stamp: float, microstep: int) -> None:
+    def _slow(self, channel: _Channel, message: Any, stamp: float, microstep: int) -> None:
+        """The tap of a message that is not like the last one: its form first, then its bytes."""
+        wait = self._wait_room if self.virtual else None
         if isinstance(message, torch.Tensor):
-            key: object = _encoding.TENSOR
-            if not message.is_cpu:
-                message = cpu_tensor_copy(message)
+            tensor = message.detach() if message.requires_grad else message
+            if not tensor.is_cpu:
+                tensor = cpu_tensor_copy(tensor)
+            elif not tensor.is_contiguous():
+                tensor = tensor.contiguous()
+            form_key: object = (tensor.dtype, tensor.shape)
+            payload = _encoding.encode_tensor(tensor)
         else:
-            key = _encoding.structure_key(message)
-        channel_id = channel.ids.get(key)
-        if channel_id is None:
-            channel_id = self._register(channel, key, message)
-        if key is _encoding.TENSOR:
-            data = _encoding.encode_tensor(message)
-        else:
-            data = b"".join(_encoding.message_parts(message, cpu_tensor_copy)[1])
-        time_ns = round(stamp * 1e9)
-        self.messages += 1
-        if self.window is not None:
-            with self.kept_lock:
-                kept = self.kept.messages
-                kept.append((channel_id, time_ns, microstep, data))
-                oldest = time_ns - self.window
-                while kept[0][1] < oldest:
-                    kept.popleft()
+            form_key = _encoding.structure_key(message)
+            payload = b"".join(_encoding.message_parts(message, cpu_tensor_copy)[1])
+        try:
+            form = channel.forms.get(form_key)
+            if form is None:
+                form = self._form(channel, form_key, message, wait)
+            if form is None or not self.feed.record(form, payload, stamp=stamp, aux=microstep, wait=wait):
+                channel.lost += 1
+                return
+        except _GoneError:
+            channel.lost += 1
             return
-        self.writer.add_message(channel_id, time_ns, data, time_ns, microstep)
+        if isinstance(message, torch.Tensor) and message.is_cpu and len(payload) <= self.feed.largest():
+            head = _encoding.tensor_head(message.dtype, message.shape)
+            channel.current = (message.dtype, message.shape, (form, head, len(payload) - len(head)))
+        else:
+            channel.current = None
 
-    def _register(self, channel: _Channel, key: object, message: Any) -> int:
+    def _form(
+        self, channel: _Channel, form_key: object, message: Any, wait: Callable[[], None] | None
+    ) -> int | None:
+        """Register the form ``form_key`` of ``channel`` (and its mcap channel, if new) in the
+        feed; None where the feed had no room (real-time timer: the message is dropped)."""
+        key = _encoding.TENSOR if isinstance(message, torch.Tensor) else form_key
+        with self.register_lock:
+            channel_id = channel.ids.get(key)
+            if channel_id is None:
+                channel_id = self._register(channel, key, message, wait)
+                if channel_id is None:
+                    return None
+        form = next(self.next_form)
+        if not self.feed.record(_feed.FORM, pickle.dumps((form, channel_id)), wait=wait):
+            return None
+        channel.forms[form_key] = form
+        return form
+
+    def _register(
+        self, channel: _Channel, key: object, message: Any, wait: Callable[[], None] | None
+    ) -> int | None:
+        """Register a channel of ``channel`` for messages of structure ``key`` (lock held)."""
         plan = _encoding.plan(message, channel.name)
         metadata = dict(channel.metadata)
         if isinstance(message, torch.Tensor):
@@ -475,74 +470,49 @@ class Session:
         else:
             metadata.update(kind="structured")
         metadata["layout"] = plan.layout
-        channel_id = next(self.next_channel)
-        self.plans[(channel_id, key)] = (plan, channel_id)
+        channel_id = len(self.kept_channels) + 1
+        record = (channel_id, f"/{channel.node}/{channel.attr}", plan.schema_name, plan.schema_data, metadata)
+        if not self.feed.record(_feed.CHANNEL, pickle.dumps(record), wait=wait):
+            return None
         channel.ids[key] = channel_id
-        if self.writer is not None:
-            self._write_channel(
-                self.writer,
-                channel_id=channel_id,
-                channel=channel,
-                plan=plan,
-                metadata=metadata,
-                schemas=self.schemas,
-            )
-        with self.kept_lock:
-            self.kept_channels.append((channel_id, channel, plan, metadata))
+        self.kept_channels.append((channel_id, channel, plan, metadata))
         return channel_id
 
-    @staticmethod
-    def _write_channel(
-        writer: Any,
-        *,
-        channel_id: int,
-        channel: _Channel,
-        plan: _encoding.Plan,
-        metadata: dict[str, str],
-        schemas: dict[object, int],
-    ) -> None:
-        """Register ``channel_id`` in ``writer``: mcap numbers channels itself, in order from 1."""
-        schema_key = (plan.schema_name, plan.schema_data)
-        schema_id = schemas.get(schema_key)
-        if schema_id is None:
-            schema_id = schemas[schema_key] = writer.register_schema(
-                plan.schema_name, "protobuf", plan.schema_data
-            )
-        got = writer.register_channel(f"/{channel.node}/{channel.attr}", "protobuf", schema_id, metadata)
-        if got != channel_id:
-            raise MujouInternalError(f"the recorder's channel {channel_id} became {got} in the file")
+    def _wait_room(self) -> None:
+        """A virtual-timer tap's wait for room in the feed; _GoneError once the recorder process is."""
+        if self.dead:
+            raise _GoneError
+        time.sleep(_ROOM_WAIT)
 
-    def _keyframe(self, stamp: float, data: bytes) -> None:
-        time_ns = round(stamp * 1e9)
-        if self.window is not None:
-            with self.kept_lock:
-                self.kept.keyframes.append((time_ns, data))
-                self._trim_keyframes()
-            return
-        self.writer.add_attachment(
-            create_time=time.time_ns(),
-            log_time=time_ns,
-            name=f"state/{time_ns}",
-            media_type=STATE_MEDIA_TYPE,
-            data=data,
-        )
+    def lost_count(self) -> int:
+        """The messages dropped so far."""
+        return sum(channel.lost for channel in self.channels)
 
-    def _trim_keyframes(self) -> None:
-        _trim(self.kept.keyframes, self.kept.messages)
+    @property
+    def messages(self) -> int:
+        """The messages the recorder process has written (or kept) so far."""
+        return self.final_messages if self.closed else self.feed.messages
 
-    def _finish(self) -> None:
-        self.writer.add_metadata("mujou.end", self._end_record(self.messages))
-        self.writer.finish()
-        assert self.stream is not None
-        self.stream.close()
+    # -- the header -----------------------------------------------------------------------
 
-    def _end_record(self, messages: int) -> dict[str, str]:
-        end = self.engine.end_time if self.engine.ended else self.engine.time()
-        return {
-            "lost": str(self.lost_count()),
-            "messages": str(messages),
-            "end_time_ns": str(round(end * 1e9)),
-        }
+    def start(self) -> None:
+        """Append the header's metadata records, and wait until the recorder process took them."""
+        self.header = self.header_of()
+        # The outputs chosen, whether or not they send: a replay tells a port left out of the
+        # recording from one that sent nothing (replay.mismatch).
+        self.header["mujou"]["outputs"] = json.dumps([channel.name for channel in self.channels])
+        for name, values in self.header.items():
+            self._put(_feed.META, pickle.dumps((name, values)))
+        # The recorder process has started and written the file's header before any hook runs:
+        # one that cannot start fails the run's start, and the file is an MCAP file from then on.
+        self.flush()
+
+    def _put(self, kind: int, payload: bytes, aux: int = 0) -> None:
+        """Append a record, waiting for room as long as the recorder process lives."""
+        try:
+            self.feed.record(kind, payload, aux=aux, wait=self._wait_room)
+        except _GoneError:
+            raise MujouInternalError("the recorder process failed") from self.failure
 
     # -- keyframes ------------------------------------------------------------------------
 
@@ -556,9 +526,9 @@ class Session:
         return math.inf if every is None else self.start_time + self.keyframe_n * every
 
     def take_keyframe(self, tree: dict[str, Any], at: float) -> None:
-        """Queue the keyframe of ``tree``, the state at timer time ``at``."""
+        """Append the keyframe of ``tree``, the state at timer time ``at``."""
         self.keyframe_n += 1
-        self._force((None, dumps(tree), at, 0))
+        self._put(_feed.ATTACH, dumps(tree), aux=round(at * 1e9))
 
     def advance(
         self,
@@ -613,100 +583,130 @@ class Session:
 
     # -- ends -----------------------------------------------------------------------------
 
-    def _force(self, item: object) -> None:
-        """Queue ``item`` whatever the queue holds (keyframes, flushes, the stop)."""
-        self.pending.append(item)
-        if self.idle:
-            self.wake.set()
-
-    def _wait_writer(self, until: Callable[[], bool]) -> None:
-        """Wait until ``until()``; MujouInternalError if the writer failed or makes no progress."""
-        last = (time.monotonic(), self.messages)
+    def _wait_process(self, until: Callable[[], bool]) -> None:
+        """Wait until ``until()``; MujouInternalError if the recorder process ended or makes no
+        progress for _STUCK seconds."""
+        last = (time.monotonic(), self.feed.taken)
         while not until():
             if self.dead:
-                raise MujouInternalError("the recorder's writer failed") from self.failure
-            self.wake.set()
+                raise MujouInternalError("the recorder process failed") from self.failure
             time.sleep(0.001)
-            now = time.monotonic()
-            if self.messages != last[1]:
-                last = (now, self.messages)
+            now, taken = time.monotonic(), self.feed.taken
+            if taken != last[1]:
+                last = (now, taken)
             elif now - last[0] > _STUCK:
-                raise MujouInternalError(f"the recorder's writer made no progress for {_STUCK} s")
+                raise MujouInternalError(f"the recorder process made no progress for {_STUCK} s")
 
     def flush(self) -> None:
-        """Wait until the writer has taken every message queued before this call."""
-        marker = _Flush()
-        self._force(marker)
-        self._wait_writer(marker.done.is_set)
+        """Wait until the recorder process has taken every record appended before this call."""
+        mark = self.feed.written
+        self._wait_process(lambda: self.feed.taken >= mark)
 
     def close(self) -> None:
         """The run has ended: stop watching, write what is queued, and the file's end."""
         if self.closed:
             return
-        self.closed = True
         for undo in reversed(self.unwatch):
             undo()
         if self.keyframe_thread is not None:
             self.keyframe_stop.set()
             self.keyframe_thread.join(_STUCK)
         self.closing = True
-        self._force(_STOP)
-        self._wait_writer(lambda: self.dead or not self.thread.is_alive())
-        self.thread.join(_STUCK)  # it has ended, or ends now that it failed
+        dump = None
+        with contextlib.ExitStack() as stack:
+            if self.window is not None:
+                folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="mujou-record-"))
+                dump = os.path.join(folder, "kept.pickle")
+            try:
+                self._put(_feed.END, pickle.dumps((self._end_record(), dump)))
+                self._wait_process(lambda: self.process.poll() is not None)
+                self.monitor.join(_STUCK)
+                self.final_messages = self.feed.messages
+                if dump is not None:
+                    self.kept = _load_kept(dump)
+            finally:
+                self.closed = True
+                self._release()
         if self.failure is not None and not self.reported:
-            raise MujouInternalError("the recorder's writer failed") from self.failure
+            raise MujouInternalError("the recorder process failed") from self.failure
+
+    def _release(self) -> None:
+        """Let the recorder process go (killed if it still runs) and unmap the feed."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(_STUCK)
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.monitor.join(_STUCK)
+        self.feed.close()
 
     def discard(self) -> None:
-        """The run did not start: stop the writer, remove the file begun."""
+        """The run did not start: stop the recorder process, remove the file begun."""
         for undo in reversed(self.unwatch):
             undo()
         self.closed = self.closing = True
         self.recorder._session = None  # the run did not start: the recorder may record another
-        if self.thread.is_alive():
-            self._force(_STOP)
-            self.thread.join(_STUCK)
-        if self.stream is not None:
-            self.stream.close()
-            self.stream.close()
-            assert self.recorder._path is not None
+        self._release()
+        if self.recorder._path is not None and self.window is None:
             self.recorder._path.unlink(missing_ok=True)
+
+    def _end_record(self) -> dict[str, str]:
+        end = self.engine.end_time if self.engine.ended else self.engine.time()
+        return {"lost": str(self.lost_count()), "end_time_ns": str(round(end * 1e9))}
 
     def write_snapshot(self, target: Path) -> None:
         """Write what a snapshot recorder keeps to ``target``, whole."""
-        if not self.closed:
-            self.flush()
-        with self.kept_lock:
-            messages = collections.deque(self.kept.messages)
-            keyframes = list(self.kept.keyframes)
+        if self.closed:
+            assert self.kept is not None
+            messages, keyframes = self.kept
+        else:
+            with tempfile.TemporaryDirectory(prefix="mujou-record-") as folder:
+                dump = os.path.join(folder, "kept.pickle")
+                self._put(_feed.DUMP, pickle.dumps(dump))
+                self.flush()
+                messages, keyframes = _load_kept(dump)
+        with self.register_lock:
             channels = list(self.kept_channels)
-        _trim(keyframes, messages)
+        end = {"lost": str(self.lost_count()), "messages": str(len(messages))}
+        end["end_time_ns"] = self._end_record()["end_time_ns"]
         with written(target, f"cannot write the recording {str(target)!r}") as stream:
-            writer = self._new_writer(stream)
+            writer = _sink.new_writer(
+                stream, self.recorder._chunk_size, self.recorder._compression, _library()
+            )
+            for name, values in self.header.items():
+                writer.add_metadata(name, values)
             ids: dict[int, int] = {}
             schemas: dict[object, int] = {}
             for n, (channel_id, channel, plan, metadata) in enumerate(channels, 1):
                 ids[channel_id] = n
-                self._write_channel(
-                    writer, channel_id=n, channel=channel, plan=plan, metadata=metadata, schemas=schemas
-                )
+                schema_key = (plan.schema_name, plan.schema_data)
+                schema_id = schemas.get(schema_key)
+                if schema_id is None:
+                    schema_id = schemas[schema_key] = writer.register_schema(
+                        plan.schema_name, "protobuf", plan.schema_data
+                    )
+                writer.register_channel(f"/{channel.node}/{channel.attr}", "protobuf", schema_id, metadata)
             for time_ns, data in keyframes:
-                writer.add_attachment(time.time_ns(), time_ns, f"state/{time_ns}", STATE_MEDIA_TYPE, data)
+                writer.add_attachment(
+                    time.time_ns(), time_ns, f"state/{time_ns}", _sink.STATE_MEDIA_TYPE, data
+                )
             for channel_id, time_ns, microstep, data in messages:
                 writer.add_message(ids[channel_id], time_ns, data, time_ns, microstep)
-            writer.add_metadata("mujou.end", self._end_record(len(messages)))
+            writer.add_metadata("mujou.end", end)
             writer.finish()
 
 
-def _trim(
-    keyframes: list[tuple[int, bytes]], messages: collections.deque[tuple[int, int, int, bytes]]
-) -> None:
-    """Keep the keyframes of the messages' window, from the last one at or before its first
-    message (where a replay of the window starts)."""
-    if not messages:
-        return
-    oldest = messages[0][1]
-    while len(keyframes) > 1 and keyframes[1][0] <= oldest:
-        del keyframes[0]
+def _load_kept(path: str) -> tuple[list[_sink.Message], list[_sink.Keyframe]]:
+    """What a snapshot recorder's process dumped (``_sink.Sink._dump``)."""
+    with open(path, "rb") as stream:
+        kept: tuple[list[_sink.Message], list[_sink.Keyframe]] = pickle.load(stream)
+    return kept
+
+
+def _library() -> str:
+    from .._version import __version__
+
+    return f"mujou {__version__}"
 
 
 def check_outputs(recorder: Recorder, nodes: Sequence[Node]) -> None:
@@ -734,35 +734,12 @@ def start_with_processes(
     return session
 
 
-class _Unbuffered:
-    """A file written without a buffer: mcap writes each chunk whole, so a run that is killed
-    leaves every chunk written before it in the file (a buffer would keep the last ones back).
-    Only what mcap's writer calls: write, tell, close."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._position = 0
-
-    def write(self, data: bytes | memoryview) -> int:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-        self._position += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self._position
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-def _open(path: Path) -> _Unbuffered:
+def _open(path: Path) -> int:
+    """The recording's file, created (or emptied): a descriptor for the recorder process."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
     except OSError as exc:
         raise reworded(exc, f"cannot write the recording {str(path)!r}") from exc
-    return _Unbuffered(fd)  # closed by the writer thread at the run's end
 
 
 def _channels(recorder: Recorder, nodes: Sequence[Node]) -> list[_Channel]:
