@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from _agents import SECRET, LocalHost
-from _process_nodes import Chain
+from _process_nodes import Chain, Stalls, Wire, count_of
 from _support import vt, wait_until
 
 import mujou
@@ -207,9 +208,52 @@ def test_bad_on_host_arguments_are_refused() -> None:
         mujou.OnHost(net.left, "127.0.0.1:1", secret="short")
     with pytest.raises(TypeError, match=r"^processes\['g'\] holds 'x'"):
         mujou.run(net, timer=vt(), processes={"g": mujou.OnHost("x", "127.0.0.1:1")})
-    # Under the real-time timer, no port may cross hosts yet (hosts.real-time).
+    # Under the real-time timer, a port may not go between another host and a process of this
+    # machine's own (hosts.real-time).
+    mixed = {"g1": mujou.OnHost(net.left, "127.0.0.1:1"), "g2": net.right}
     with pytest.raises(
         ValueError,
-        match=r"^process 'g' on host '127.0.0.1:1' has ports that cross hosts \('back.out', 'left.relay1",
+        match=r"^output 'left.relay1.out' goes from process 'g1' to process 'g2', one on another host",
     ):
-        mujou.run(net, processes={"g": mujou.OnHost(net.left, "127.0.0.1:1")})
+        mujou.run(net, processes=mixed)
+
+
+@pytest.mark.rule("hosts.data-plane", "hosts.host-api")
+def test_messages_cross_hosts_whole_in_order_and_latest_under_the_real_time_timer(
+    hosts: tuple[LocalHost, LocalHost],
+) -> None:
+    first, _ = hosts
+    net = Wire()
+    processes = {"rx": mujou.OnHost([net.checker, net.ponger], first.address)}
+    with mujou.run(net, timer=mujou.RealTimeTimer(), workers=1, processes=processes) as run:
+        # A ping-pong of triggered nodes on two hosts: each hop is a message over the plane.
+        run.write(net.pinger.kick, torch.tensor(0.0))
+        ball = run.wait_for(net.pinger.ball, lambda m: float(m) >= 200.0, timeout=20.0)
+        assert float(ball) >= 200.0
+        seen = run.wait_for(net.checker.seen, lambda m: float(m) >= 150.0, timeout=20.0)
+        assert float(seen) >= 150.0
+        tree = run.state_dict()
+        stats = run.stats()
+    checker, stamp_log = tree["checker"], tree["stamp_log"]
+    assert (checker["torn"], checker["back"], checker["wrong"]) == (0, 0, 0), checker
+    assert checker["shapes"] == [(4096,), (32, 200)]  # both layouts came through
+    common = set(checker["stamps"]) & set(stamp_log["stamps"])
+    assert common and all(checker["stamps"][v] == stamp_log["stamps"][v] for v in common)
+    assert checker["same_stamp"] > 0
+    assert stats.nodes["checker"].updates > 0 and set(stats.nodes["checker"].coalesced) == {"a", "b", "c"}
+    # A reader on another host that stops reading (its process stopped) holds up no sender:
+    # the sender sends all its messages, and once the reader goes on, it has the last one.
+    limit = 3000
+    stalls = Stalls(limit, "nest")
+    with mujou.run(stalls, processes={"reader": mujou.OnHost(stalls.reader, first.address)}) as run:
+        wait_until(lambda: run.read(stalls.reader.x) is not None, "the reader's first message")
+        (pid,) = first.group_processes()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_until(
+                lambda: count_of(run.read(stalls.sender.out), "nest") == limit, "the sender's last message"
+            )
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: count_of(run.read(stalls.reader.x), "nest") == limit, "the reader's last message")
+    first.wait_no_group_process()

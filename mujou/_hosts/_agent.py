@@ -172,7 +172,18 @@ class Agent:
             and pending.control is not None
             and pending.events is not None
         )
-        context = start_context()
+        beat = life.interval(launch.timeout)
+        started = threading.Event()
+        # The first start of the fork server imports torch (seconds): the host hears from us meanwhile.
+        beating = threading.Thread(
+            target=self._guarded, args=(_beat, lifeline, beat, started), name="mujou-agent-beat", daemon=True
+        )
+        beating.start()
+        try:
+            context = start_context()
+        finally:
+            started.set()
+            beating.join()
         process = context.Process(
             target=main, args=(launch, pending.control, pending.events), name=f"mujou-{launch.name}"
         )
@@ -182,7 +193,6 @@ class Agent:
             pending.control.close()
             pending.events.close()
         self._log(f"mujou agent: started process {launch.name!r} (pid {process.pid})")
-        beat = life.interval(launch.timeout)
         heard = time.monotonic()
         with contextlib.suppress(OSError):
             lifeline.send_bytes(life.frame(life.PID, process.pid or 0))
@@ -225,6 +235,13 @@ class Agent:
             lifeline.close()
             if self._once:
                 self.stop()
+
+
+def _beat(lifeline: Connection, beat: float, done: threading.Event) -> None:
+    """Heartbeats on ``lifeline`` until ``done``."""
+    while not done.wait(beat):
+        with contextlib.suppress(OSError):
+            lifeline.send_bytes(life.frame(life.ALIVE))
 
 
 def _stderr(text: str) -> None:

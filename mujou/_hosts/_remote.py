@@ -78,28 +78,14 @@ class OnHost:
     def __repr__(self) -> str:
         return f"mujou.OnHost({self.group!r}, {self.address!r})"
 
-    def secret(self) -> bytes:
+    def _key(self) -> bytes:
+        """The run's secret, as bytes (hosts.secret)."""
         return secret_bytes(self._secret, f"the group on host {self.address!r}")
-
-    def launch(
-        self, name: str, setup: Any, plane: Any = None
-    ) -> tuple[RemoteProcess, Connection, Connection]:
-        """Start the group's process through the host's agent (the virtual timer's route; the
-        real-time timer's goes through ``_plane.Launcher``)."""
-        return launch(self, name, setup, plane)
 
 
 def launch(where: OnHost, name: str, setup: Any, plane: Any) -> tuple[RemoteProcess, Connection, Connection]:
     """The remote process of group ``name``, its control and events connections."""
-    if not setup.virtual and (setup.incoming or setup.outgoing):
-        crossing = sorted({*setup.incoming, *setup.outgoing})
-        raise ValueError(
-            f"process {name!r} on host {where.address!r} has ports that cross hosts "
-            f"({', '.join(map(repr, crossing))}), which only the virtual timer carries in this "
-            "version of Mujou: run with timer=mujou.VirtualTimer(), or keep the nodes that "
-            "exchange messages on one host"
-        )
-    address, secret = parse_address(where.address), where.secret()
+    address, secret = parse_address(where.address), where._key()
     key = secrets.token_bytes(16)
     opened: list[Connection] = []
     try:
