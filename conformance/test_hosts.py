@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,7 @@ import pytest
 import torch
 from _agents import SECRET, LocalHost
 from _process_nodes import Chain, Stalls, Wire, count_of
-from _support import vt, wait_until
+from _support import HANG_GUARD, checkout_environ, vt, wait_until
 
 import mujou
 from mujou.testing import state_difference
@@ -257,3 +259,30 @@ def test_messages_cross_hosts_whole_in_order_and_latest_under_the_real_time_time
             os.kill(pid, signal.SIGCONT)
         wait_until(lambda: count_of(run.read(stalls.reader.x), "nest") == limit, "the reader's last message")
     first.wait_no_group_process()
+
+
+@pytest.mark.rule("hosts.torchrun")
+def test_under_torchrun_rank_0_runs_the_program_and_rank_1_serves(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parent / "_torchrun_script.py"
+    environ = checkout_environ(quiet=True)
+    environ["PYTHONPATH"] = os.pathsep.join([environ["PYTHONPATH"], str(script.parent)])
+    environ["MUJOU_SECRET"] = SECRET
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    done = subprocess.run(
+        [*command, "--log-dir", str(tmp_path), str(script)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD + 20,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "rank 0: identical: True", done.stdout + done.stderr
+    assert "rank 1" not in done.stdout  # rank 1 served, then ended before the program's end
+    # Outside torchrun, serve_ranks does nothing, and a group placed on a rank cannot start.
+    mujou.serve_ranks()
+    net = Chain()
+    with pytest.raises(
+        RuntimeError, match=r"^mujou.OnHost\(rank=1\) needs the program to run under torchrun"
+    ):
+        mujou.run(net, timer=vt(), processes={"g1": mujou.OnHost(net.left, rank=1)})

@@ -19,6 +19,7 @@ from ._errors import TruncatedRecordingWarning as TruncatedRecordingWarning
 from ._errors import UnsavedAttributeWarning as UnsavedAttributeWarning
 from ._hosts._remote import HostError as HostError
 from ._hosts._remote import OnHost as OnHost
+from ._hosts._torchrun import serve_ranks as serve_ranks
 from ._net import Net as Net
 from ._node import Node as Node
 from ._ports import Input as Input
@@ -86,6 +87,7 @@ __all__ = [
     "plot_trace",
     "run",
     "save",
+    "serve_ranks",
 ]
 
 

@@ -53,6 +53,8 @@ class OnHost:
         group: The nodes, as a group of ``processes=`` takes them (a node, a net, a
             container, or a list or tuple of those).
         address: The host's agent, ``"HOST:PORT"`` (``python -m mujou serve`` there).
+        rank: Instead of ``address``, under ``torchrun``: the rank whose machine runs the
+            group (see :ref:`hosts.torchrun`).
         secret: The run's secret, as the agent was given it; None: the ``MUJOU_SECRET``
             environment variable.
         timeout: Real seconds of silence after which the host is lost and the run stops.
@@ -61,9 +63,24 @@ class OnHost:
     _mujou_remote = True  # what mujou._processes recognises a remote group by
 
     def __init__(
-        self, group: object, address: str, *, secret: str | bytes | None = None, timeout: float = 10.0
+        self,
+        group: object,
+        address: str | None = None,
+        *,
+        rank: int | None = None,
+        secret: str | bytes | None = None,
+        timeout: float = 10.0,
     ) -> None:
-        parse_address(address)
+        if (address is None) == (rank is None):
+            raise TypeError(
+                "mujou.OnHost takes either an address 'HOST:PORT' or rank= (under torchrun), not both"
+            )
+        if address is not None:
+            parse_address(address)
+        elif isinstance(rank, bool) or not isinstance(rank, int):
+            raise TypeError(f"rank must be an int, got {type(rank).__name__}: {rank!r}")
+        elif rank < 1:
+            raise ValueError(f"rank must be 1 or more (rank 0 runs the program), got {rank!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}: {timeout!r}")
         if not 0.5 <= timeout < float("inf"):
@@ -71,12 +88,24 @@ class OnHost:
         if secret is not None:
             secret_bytes(secret, "mujou.OnHost")
         self.group = group
-        self.address = address
+        self.rank = rank
         self.timeout = float(timeout)
+        self._address = address
         self._secret = secret
 
+    @property
+    def address(self) -> str:
+        """The address of the group's agent, as given, or under torchrun that of rank ``rank``."""
+        if self._address is not None:
+            return self._address
+        from ._torchrun import agent_address
+
+        assert self.rank is not None
+        return agent_address(self.rank)
+
     def __repr__(self) -> str:
-        return f"mujou.OnHost({self.group!r}, {self.address!r})"
+        where = repr(self._address) if self._address is not None else f"rank={self.rank}"
+        return f"mujou.OnHost({self.group!r}, {where})"
 
     def _key(self) -> bytes:
         """The run's secret, as bytes (hosts.secret)."""
