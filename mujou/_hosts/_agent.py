@@ -28,8 +28,9 @@ from typing import Any
 from .._errors import MujouInternalError
 from .._processes._server import start_context
 from . import _life as life
+from ._address import parse_address
 from ._launch import Launch, refusal
-from ._link import HANDSHAKE_TIMEOUT, HandshakeError, accepted, parse_address
+from ._link import HANDSHAKE_TIMEOUT, HandshakeError, accepted
 
 ACCEPT_POLL = 0.5  # real seconds between looks whether the agent was asked to stop
 
@@ -150,7 +151,9 @@ class Agent:
             self._children.append(thread)
             thread.start()
         elif kind == "launch":
-            threading.Timer(HANDSHAKE_TIMEOUT, self._expire, args=(key,)).start()
+            expiry = threading.Timer(HANDSHAKE_TIMEOUT, self._expire, args=(key,))
+            expiry.daemon = True
+            expiry.start()
 
     def _expire(self, key: bytes) -> None:
         """A launch whose other connections never came: forget it."""

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ._link import SECRET_VARIABLE, secret_bytes
+from ._address import SECRET_VARIABLE, secret_bytes
 
 
 def add_serve_command(commands: Any) -> None:

@@ -141,14 +141,20 @@ class Plane:
         thread.start()
 
     def _guarded(self, body: Any, *args: Any) -> None:
-        """A plane thread: a peer that is gone ends it quietly (the control plane reports the
-        death, hosts.lost); anything else stops the run (MujouInternalError)."""
+        """A plane thread. Gloo's error when the other end's process is gone is expected: the
+        control plane reports that death (hosts.lost), so the thread gives it the group's
+        timeout to stop the run; an error the run outlives, or any other, stops the run
+        (MujouInternalError), never a silent thread death."""
         try:
             body(*args)
         except BaseException as exc:
-            if self._closing.is_set() or self.member.engine.ended or _peer_gone(exc):
+            engine = self.member.engine
+            if self._closing.is_set() or engine.ended:
                 return
-            self.member.engine.crashed(NO_HOLDER, exc, exits=False)
+            if isinstance(exc, RuntimeError) and self._closing.wait(self.part.timeout + 1.0):
+                return
+            if not engine.ended:
+                engine.crashed(NO_HOLDER, exc, exits=False)
 
     def _connect(self) -> None:
         from torch import distributed
@@ -247,14 +253,6 @@ def _watcher(port: Output[Any], name: str, mailbox: _Mailbox) -> Any:
         mailbox.put(split(port, name))
 
     return forward
-
-
-def _peer_gone(exc: BaseException) -> bool:
-    """Whether a Gloo error says that the other end is gone (its process ended)."""
-    return isinstance(exc, RuntimeError) and any(
-        word in str(exc)
-        for word in ("Connection closed", "Connection reset", "closed by peer", "Broken pipe", "EOF")
-    )
 
 
 # -- the message's bytes --------------------------------------------------------------------------

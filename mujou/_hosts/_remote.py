@@ -17,13 +17,14 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from multiprocessing.connection import Connection
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from .._errors import MujouInternalError
 from . import _life as life
-from ._launch import Launch, host_preparation, versions
-from ._link import HandshakeError, SilentPeerError, connect, parse_address, secret_bytes
+from ._address import parse_address, secret_bytes
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 CLOCK_PINGS = 5  # round trips that measure a host's clock offset (the shortest one counts)
 
@@ -114,6 +115,9 @@ class OnHost:
 
 def launch(where: OnHost, name: str, setup: Any, plane: Any) -> tuple[RemoteProcess, Connection, Connection]:
     """The remote process of group ``name``, its control and events connections."""
+    from ._launch import Launch, host_preparation, versions
+    from ._link import HandshakeError, SilentPeerError, connect
+
     address, secret = parse_address(where.address), where._key()
     key = secrets.token_bytes(16)
     opened: list[Connection] = []

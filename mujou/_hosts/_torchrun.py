@@ -18,7 +18,7 @@ import os
 import threading
 from typing import Any
 
-from ._link import secret_bytes
+from ._address import secret_bytes
 
 STORE_TIMEOUT = 120.0  # real seconds a rank waits for the others at the rendezvous store
 _KEY = "mujou/agent/{rank}"
