@@ -24,6 +24,7 @@ SYSTEMS = {
     "mujou_record": "bench.mujou_record",
     "mujou_record_read": "bench.record_read",
     "mujou_replay": "bench.mujou_replay",
+    "mujou_hosts": "bench.mujou_hosts",
     "torch_mp": "bench.baselines.torch_mp_peer",
     "asyncio": "bench.baselines.asyncio_tasks",
     "threads": "bench.baselines.thread_per_node",

@@ -215,7 +215,12 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
     if MUJOU_1 in systems:  # issue 25: the replay under the virtual timer, as fast as it goes
         replay = {"seconds": 2.0}
         found.append(Case(MUJOU_1, "replay-virtual", "replay_virtual", replay, limit, "mujou_replay"))
-    return found + plan_processes(durations, every) + plan_record(durations, every)
+    return (
+        found
+        + plan_processes(durations, every)
+        + plan_record(durations, every)
+        + plan_hosts(durations, every)
+    )
 
 
 def plan_processes(durations: Durations, systems: list[str]) -> list[Case]:
@@ -822,6 +827,8 @@ def _us(value: float) -> str:
 
 def _format(workload: str, m: dict[str, Any]) -> str:
     """One cell's figures: a run's metrics or their medians."""
+    if workload in HOSTS_WORKLOADS:
+        return _format_hosts(workload, m)
     if workload in ("trigger-latency", "chain-10"):
         missed = f" ({m['missed']:.0f} missed)" if m.get("missed") else ""
         return f"{_us(m['latency_p50_us'])} / {_us(m['latency_p99_us'])}{missed}"
@@ -1112,7 +1119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated workloads to run: fleet-10, fleet-100, fleet-1000, fleet-10000, dispatch, "
-        "dispatch-virtual, echo, idle, " + ", ".join((*TRIGGER_WORKLOADS, *PROCESS_WORKLOADS)),
+        "dispatch-virtual, echo, idle, "
+        + ", ".join((*TRIGGER_WORKLOADS, *PROCESS_WORKLOADS, *HOSTS_WORKLOADS)),
     )
     parser.add_argument("--soak-seconds", type=float, help="how long the soak runs (default 10, --quick 5)")
     parser.add_argument(
@@ -1238,6 +1246,44 @@ def _skip(results: Results, case: Case) -> bool:
                 outcome.note = f"not run (N={n:,} did not finish)"
                 return True
     return False
+
+
+# -- several machines (issue 26): bench/mujou_hosts.py, an agent on loopback ------------------------
+
+CROSS_HOST_WORKLOADS = {"cross-host-256B": 256, "cross-host-64KiB": 65536}
+HOSTS_WORKLOADS = (*CROSS_HOST_WORKLOADS, "tags-virtual-2h", "start-2h")
+
+
+def plan_hosts(durations: Durations, systems: list[str]) -> list[Case]:
+    """The cases of several machines: Mujou with a group on another host (an agent on loopback);
+    the floor is a bare Gloo send/recv of the same tensor (cross-host-*)."""
+    found: list[Case] = []
+    limit = durations.limit
+    for workload, nbytes in CROSS_HOST_WORKLOADS.items():
+        params = {"nbytes": nbytes, "seconds": durations.cross}
+        if MUJOU_1 in systems:
+            found.append(Case(MUJOU_1, workload, "cross_host", params, limit, "mujou_hosts"))
+        if FLOOR in systems:
+            found.append(Case(FLOOR, workload, "gloo_handoff", params, limit, "mujou_hosts"))
+    if MUJOU_1 in systems:
+        tags = {"seconds": durations.tags}
+        found.append(Case(MUJOU_1, "tags-virtual-2h", "tags_virtual_hosts", tags, limit, "mujou_hosts"))
+        starts = {"runs": durations.start_stops}
+        starts_limit = limit + START_STOP_LIMIT * durations.start_stops
+        found.append(Case(MUJOU_1, "start-2h", "start_two_hosts", starts, starts_limit, "mujou_hosts"))
+    return found
+
+
+def _format_hosts(workload: str, m: dict[str, Any]) -> str:
+    if workload in CROSS_HOST_WORKLOADS:
+        missed = f" ({m['missed']:.0f} missed)" if m.get("missed") else ""
+        return f"{_us(m['latency_p50_us'])} / {_us(m['latency_p99_us'])}{missed}"
+    if workload == "tags-virtual-2h":
+        return (
+            f"{_rate(m['two_hosts_tags_per_second'])} (two processes of one host: "
+            f"{_rate(m['two_processes_tags_per_second'])}, {m['ratio']:.2f}×)"
+        )
+    return f"start {m['start_p50_s']:.3f} s (max {m['start_max_s']:.3f} s), stop {m['stop_p50_s']:.3f} s"
 
 
 if __name__ == "__main__":

@@ -57,6 +57,9 @@ DOCUMENTED_API = frozenset(
         "ProcessError",
         "Recorder",
         "Replay",
+        "OnHost",
+        "HostError",
+        "serve_ranks",
     }
 )
 

@@ -17,6 +17,9 @@ from ._errors import RecordingVersionWarning as RecordingVersionWarning
 from ._errors import StateFileError as StateFileError
 from ._errors import TruncatedRecordingWarning as TruncatedRecordingWarning
 from ._errors import UnsavedAttributeWarning as UnsavedAttributeWarning
+from ._hosts._remote import HostError as HostError
+from ._hosts._remote import OnHost as OnHost
+from ._hosts._torchrun import serve_ranks as serve_ranks
 from ._net import Net as Net
 from ._node import Node as Node
 from ._ports import Input as Input
@@ -47,6 +50,7 @@ __all__ = [
     "GlobalRandomWarning",
     "HookError",
     "HookNameWarning",
+    "HostError",
     "Input",
     "LeakedSettingWarning",
     "MujouInternalError",
@@ -56,6 +60,7 @@ __all__ = [
     "NodeDict",
     "NodeList",
     "NodeStats",
+    "OnHost",
     "Output",
     "OversubscriptionWarning",
     "ProcessError",
@@ -82,6 +87,7 @@ __all__ = [
     "plot_trace",
     "run",
     "save",
+    "serve_ranks",
 ]
 
 

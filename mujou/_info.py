@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ._cpus import affinity_cpus, default_workers, gil_enabled, physical_cores, quota_cpus, usable_cpus
+from ._hosts._cli import add_serve_command, serve_command
 from ._record import _cli as record_cli
 from ._trace_view import add_trace_command, trace_command
 from ._version import __version__
@@ -105,6 +106,7 @@ def parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print the same as one JSON object, for scripts")
     add_trace_command(commands)
     record_cli.add_commands(commands)
+    add_serve_command(commands)
     return top
 
 
@@ -118,6 +120,8 @@ def main(argv: list[str]) -> int:
         return trace_command(args)
     if args.command == "record":
         return record_cli.run(args)
+    if args.command == "serve":
+        return serve_command(args)
     info = machine_info()
     print(json.dumps(info, indent=2) if args.json else render(info))
     return 0

@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 
 
 def class_path(node: object) -> str:
-    """The module-qualified class name of ``node``."""
+    """The module-qualified class name of ``node``. A process of the run imports the host's
+    main script as ``__mp_main__``: its classes are the host's ``__main__`` ones."""
     cls = type(node)
-    return f"{cls.__module__}.{cls.__qualname__}"
+    module = "__main__" if cls.__module__ == "__mp_main__" else cls.__module__
+    return f"{module}.{cls.__qualname__}"
 
 
 def same_class(saved: object, current: str) -> bool:

@@ -144,6 +144,7 @@ def test_every_example_is_tested(path: Path) -> None:
         "two_processes",
         "test_sensor_fusion",
         "record_replay",
+        "two_machines",
     }
     assert path.stem in tested, f"add a test for examples/{path.name}"
 
@@ -171,3 +172,9 @@ def test_record_replay(tmp_path: Path) -> None:
     assert "The recording holds camera.frame, detector.spot, tracker.estimate;" in out
     assert re.search(r"^identical: True$", out, re.MULTILINE), out
     assert "Replayed from the keyframe at 1.0 s: identical: True" in out
+
+
+def test_two_machines() -> None:
+    out = run_example("two_machines.py")
+    assert re.search(r"the controller sent [1-9]\d* commands; the filter ran on 127\.0\.0\.1:\d+", out), out
+    assert out.rstrip().endswith("identical: True"), out

@@ -53,6 +53,7 @@ class Setup:
     default_dtype: torch.dtype
     deterministic: bool
     trace: bool  # send the hooks' slices to the host's trace (proc.trace)
+    attach: Callable[[Member], None] | None = None  # called on the Member once built (mujou._hosts)
 
 
 class Events:
@@ -136,9 +137,13 @@ def _serve(
     except BaseException as exc:
         control.send_bytes(codec.dumps((0, "error", describe(exc), [], events.sent)))
         return
+    if setup.attach is not None:
+        setup.attach(member)
     control.send_bytes(codec.dumps((0, "ok", None, [], events.sent)))
     pipes = {name: Pipe(connection) for name, connection in wake_out.items()}
-    by_output = {output: [pipes[p] for p in readers] for output, readers in setup.outgoing.items()}
+    by_output = {  # a reader on another host has no pipe (mujou._hosts)
+        output: [pipes[p] for p in readers if p in pipes] for output, readers in setup.outgoing.items()
+    }
     member.when_ended(lambda: events.send(("ended", member.failure())))
     watches: dict[int, Callable[[Any], None]] = {}
     commands = _Commands(member, events, watches, by_output, wake_in)

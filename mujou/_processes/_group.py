@@ -304,6 +304,8 @@ class Group:
                 code = self.process.exitcode
             except ValueError:  # its handle was closed meanwhile, with the code kept first
                 code = self.exitcode
+        if reason is None:  # a process on another host names it (mujou._hosts)
+            reason = getattr(self.process, "end_reason", None)
         if code == GUARD_EXIT and reason is None:
             reason = guard_reason()
         return kind(self.name, code, self.node_names, self.nodes_stopped, reason)

@@ -241,7 +241,7 @@ class Processes:
         origin = None if self.host.engine.virtual else time.monotonic()
         self.all("go", origin)
         pipes = {
-            output: [self.host_pipes[reader] for reader in readers]
+            output: [self.host_pipes[reader] for reader in readers if reader in self.host_pipes]
             for output, readers in self.placement.outgoing[HOST].items()
         }
         self._handed = True

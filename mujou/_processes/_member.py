@@ -62,6 +62,11 @@ class Member:
         self._members = {id(node) for node in nodes}
         self._saved_readers: list[tuple[Output[Any], list[Input[Any]]]] = []
         self._saved_sources: list[tuple[Input[Any], Output[Any] | None, Output[Any] | None]] = []
+        # Extension points of mujou._hosts: this machine's monotonic clock minus the host's, and
+        # what go starts and close ends beside the pipes (the data plane between machines).
+        self.clock_offset = 0.0
+        self.on_go: list[Callable[[], None]] = []
+        self.on_close: list[Callable[[], None]] = []
 
     # -- starting --------------------------------------------------------------------------
 
@@ -143,7 +148,9 @@ class Member:
         if not self.engine.virtual and inbound:
             self.receiver = Receiver(self.engine, self.standins, inbound)
             self.receiver.start()
-        self.engine.go(origin)
+        for hook in self.on_go:
+            hook()
+        self.engine.go(None if origin is None else origin + self.clock_offset)
 
     # -- the virtual timer's tags ------------------------------------------------------------
 
@@ -230,6 +237,8 @@ class Member:
         for pipe in self._pipes:
             pipe.close()
         self._pipes = []
+        for hook in self.on_close:
+            hook()
 
     def failure(self) -> Failure | None:
         error = self.engine.error

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._net import Branch
 from .._node import Node
@@ -28,6 +29,8 @@ class Placement:
     incoming: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     # Per process: the outputs of other processes whose messages wake a triggered node there.
     waking: dict[str, set[str]] = field(default_factory=dict)
+    # The groups placed on other hosts, by name: their ``mujou.OnHost`` (mujou._hosts).
+    hosts: dict[str, Any] = field(default_factory=dict)
 
     def process_of(self, node: Node) -> str:
         return self.where[id(node)]
@@ -48,11 +51,16 @@ def check_processes(nodes: Sequence[Node], processes: object) -> Placement:
     order = {id(node): i for i, node in enumerate(nodes)}
     where: dict[int, str] = {}
     groups: dict[str, list[Node]] = {}
-    for name, group in processes.items():
+    hosts: dict[str, Any] = {}
+    for name, given in processes.items():
+        group = given
         if not isinstance(name, str):
             raise TypeError(f"a process name must be a str, got {type(name).__name__}: {name!r}")
         if not name:
             raise ValueError("a process name must not be empty: name each process, such as 'vision'")
+        if hasattr(group, "_mujou_remote"):  # a group placed on another host (mujou.OnHost)
+            hosts[name] = given
+            group = given.group
         found = _group_nodes(name, group)
         if not found:
             raise ValueError(f"process {name!r} has no node: give it at least one node of the net")
@@ -71,7 +79,7 @@ def check_processes(nodes: Sequence[Node], processes: object) -> Placement:
     host = [node for node in nodes if id(node) not in where]
     for node in host:
         where[id(node)] = HOST
-    placement = Placement(groups, host, where)
+    placement = Placement(groups, host, where, hosts=hosts)
     _cross_ports(placement, nodes)
     return placement
 

@@ -54,6 +54,8 @@ def spawn(
     wake: dict[tuple[str, str], tuple[Connection, Connection]] = {}
     for writer in names:
         for reader in sorted(readers_of[writer]):
+            if writer in placement.hosts or reader in placement.hosts:
+                continue  # across hosts: the data plane of mujou._hosts, no pipe
             wake[writer, reader] = context.Pipe(duplex=False)  # (reader's end, writer's end)
     host_pipes = {w_r[1]: Pipe(ends[1]) for w_r, ends in wake.items() if w_r[0] == HOST}
     host_inbound = [ends[0] for w_r, ends in wake.items() if w_r[1] == HOST]
@@ -83,6 +85,27 @@ def spawn(
                 deterministic=torch.are_deterministic_algorithms_enabled(),
                 trace=trace,
             )
+            remote = placement.hosts.get(name)
+            if remote is not None:  # started by the agent of another host (mujou._hosts)
+                process, control, events = remote.launch(name, setup)
+                try:
+                    groups[name] = Group(
+                        name,
+                        nodes,
+                        process=process,
+                        control=control,
+                        events=events,
+                        on_event=on_event,
+                        on_warning=on_warning,
+                        virtual=virtual,
+                    )
+                except BaseException:
+                    process.kill()
+                    process.join(EXIT_GRACE)
+                    control.close()
+                    events.close()
+                    raise
+                continue
             control, control_child = context.Pipe()
             events, events_child = context.Pipe(duplex=False)
             # The lockstep's own connection under the virtual timer (NOTE [ the tags connection ]).

@@ -69,6 +69,10 @@ def start(
         raise
     member = Member(engine, placement.host, placement.incoming[HOST], list(placement.outgoing[HOST]))
     member.connect_standins()
+    if placement.hosts:  # groups on other hosts: their data plane here (mujou._hosts)
+        from .._hosts._prepare import prepare_hosts
+
+        prepare_hosts(placement, member, virtual=engine.virtual)
     processes = Processes(net, nodes, placement, member, recorder, lockstep=Lockstep)
     remote = [node for nodes_ in placement.groups.values() for node in nodes_]
     try:

@@ -1,0 +1,170 @@
+"""The workloads of several machines (``mujou.OnHost``), on loopback, and their references.
+
+A "host" is an agent (``python -m mujou serve``) started here, reached over loopback TCP through
+the same code as another machine; it is started once per measurement, before anything is timed.
+
+- ``cross_host``: the hand-off of ``bench.mujou_processes`` (a sender every millisecond, a
+  triggered reader), the sender on the other host: send to read over the Gloo data plane.
+- ``gloo_handoff``: the reference: two processes and a bare ``torch.distributed`` Gloo group;
+  every millisecond the sender stamps a float64 tensor of the same size and sends it, the
+  receiver, blocked in its ``recv``, takes the time. No framework, no header, no thread
+  hand-off.
+- ``start_two_hosts``: the start of a run with one group on the other host (until
+  ``mujou.run`` returned, the timers going) and its stop, the agent already running.
+- ``tags_virtual_hosts``: the tags per second of ``bench.mujou_processes.tags_virtual`` with
+  ``pong`` on the other host, beside the same net with ``pong`` in a process of this host.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+from torch._C._distributed_c10d import ProcessGroupGloo, TCPStore
+
+import mujou
+
+from ._common import CROSS_PERIOD, WARM_UP, Metrics, cross_metrics, start_stop_metrics
+from .mujou_processes import Handoff, Rally, Ring
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Agent:
+    """An agent on loopback, with a fresh secret (also in this process's MUJOU_SECRET)."""
+
+    def __init__(self) -> None:
+        os.environ["MUJOU_SECRET"] = secrets.token_hex(32)
+        environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mujou", "serve", "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=environ,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], 120.0)
+        line = self.process.stdout.readline() if ready else ""
+        if not line.startswith("mujou agent listening on "):
+            self.close()
+            raise RuntimeError(f"the agent did not start: {line!r}")
+        self.address = line.split()[-1]
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def cross_host(nbytes: int, seconds: float) -> Metrics:
+    """The sender on the other host, the reader here: send to read, in µs."""
+    with Agent() as agent:
+        net = Handoff(nbytes)
+        with mujou.run(net, workers=1, processes={"sender": mujou.OnHost(net.sender, agent.address)}) as run:
+            run.sleep(WARM_UP + seconds)
+        reader = net.reader
+        return cross_metrics(reader.sent_at, reader.read_at, reader.keys, nbytes)
+
+
+def _gloo_sender(port: int, nbytes: int, seconds: float) -> None:
+    store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
+    group: Any = ProcessGroupGloo(store, 1, 2, datetime.timedelta(seconds=60))  # send: not in the stubs
+    elements = max(2, nbytes // 8)
+    count = 0
+    end = time.monotonic() + WARM_UP + seconds
+    while time.monotonic() < end:
+        message = torch.empty(elements, dtype=torch.float64)
+        message[1] = count
+        count += 1
+        message[0] = time.monotonic()
+        group.send([message], 0, 0).wait()
+        time.sleep(CROSS_PERIOD)
+    message = torch.full((elements,), -1.0, dtype=torch.float64)
+    group.send([message], 0, 0).wait()
+
+
+def gloo_handoff(nbytes: int, seconds: float) -> Metrics:
+    """A bare Gloo send/recv of a float64 tensor of ``nbytes``, every millisecond: send to
+    receive, in µs."""
+    store = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=60))
+    context = mp.get_context("spawn")
+    sender = context.Process(target=_gloo_sender, args=(store.port, nbytes, seconds))
+    sender.start()
+    try:
+        group: Any = ProcessGroupGloo(store, 0, 2, datetime.timedelta(seconds=60))  # recv: not in the stubs
+        elements = max(2, nbytes // 8)
+        message = torch.empty(elements, dtype=torch.float64)
+        sent, read, keys = [], [], []
+        while True:
+            group.recv([message], 1, 0).wait()
+            now = time.monotonic()
+            if message[0] < 0:
+                break
+            read.append(now)
+            sent.append(float(message[0]))
+            keys.append(int(message[1]))
+    finally:
+        sender.join(60)
+    return cross_metrics(sent, read, keys, nbytes)
+
+
+def start_two_hosts(runs: int) -> Metrics:
+    """``runs`` times: ``mujou.run`` with one group on the other host and one here (start: until
+    it returns), 50 ms of running, then ``run.stop()`` (stop: until every process ended)."""
+    starts: list[float] = []
+    stops: list[float] = []
+    with Agent() as agent:
+        for _ in range(runs):
+            net = Ring()
+            nodes = list(net.nodes_)
+            processes = {"there": mujou.OnHost(nodes[0], agent.address)}
+            began = time.perf_counter()
+            run = mujou.run(net, workers=1, timer=mujou.VirtualTimer(), processes=processes)
+            starts.append(time.perf_counter() - began)
+            run.sleep(0.05)
+            began = time.perf_counter()
+            run.stop()
+            stops.append(time.perf_counter() - began)
+    return start_stop_metrics(starts, stops)
+
+
+def _tags(seconds: float, processes: Any, net: Rally) -> float:
+    with mujou.run(net, workers=1, timer=mujou.VirtualTimer(), processes=processes) as run:
+        run.sleep(0.02)  # warm up
+        done = run.stats().nodes["ping"].updates
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            run.sleep(0.01)
+        wall = time.perf_counter() - began
+        return (run.stats().nodes["ping"].updates - done) / wall
+
+
+def tags_virtual_hosts(seconds: float) -> Metrics:
+    """Tags per second of wall time with ``pong`` on the other host, and in a process here."""
+    with Agent() as agent:
+        net = Rally()
+        there = _tags(seconds, {"pong": mujou.OnHost(net.pong, agent.address)}, net)
+    net = Rally()
+    here = _tags(seconds, {"pong": net.pong}, net)
+    return {"two_hosts_tags_per_second": there, "two_processes_tags_per_second": here, "ratio": there / here}
+
+
+def describe() -> dict[str, Any]:
+    return {"mujou": mujou.__version__}

@@ -1,0 +1,40 @@
+"""The start of a run with groups on other hosts, on the run's host: each group's launch bound
+to its part of the data plane (real-time timer), before the processes are spawned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._processes._member import Member
+from ._remote import OnHost, RemoteProcess, launch
+
+
+class Bound:
+    """A group's ``OnHost`` with its part of this run's data plane (None: no plane)."""
+
+    def __init__(self, where: OnHost, part: Any) -> None:
+        self.where = where
+        self.part = part
+
+    def launch(self, name: str, setup: Any) -> tuple[RemoteProcess, Any, Any]:
+        return launch(self.where, name, setup, self.part)
+
+
+def prepare_hosts(placement: Any, member: Member, *, virtual: bool) -> None:
+    """Bind each remote group's launch; under the real-time timer, with ports that cross hosts,
+    open the data plane's store here and take rank 0 (hosts.data-plane)."""
+    hosts: dict[str, OnHost] = dict(placement.hosts)
+    plane = None
+    if not virtual:
+        from ._plane import HostPlane, channels
+
+        local = [name for name in placement.groups if name not in hosts]
+        if channels(list(hosts), placement.outgoing, local):
+            first = next(iter(hosts.values()))
+            plane = HostPlane(
+                member, placement, first.address, max(where.timeout for where in hosts.values())
+            )
+    placement.hosts = {
+        name: Bound(where, None if plane is None else plane.part(rank))
+        for rank, (name, where) in enumerate(hosts.items(), start=1)
+    }
