@@ -9,7 +9,6 @@ import atexit
 import sys
 import threading
 import traceback
-import weakref
 from typing import Protocol
 
 
@@ -26,7 +25,11 @@ class Engine(Protocol):
 
 
 EXIT_GRACE = 10.0  # real seconds a run is given to stop at interpreter exit
-live: weakref.WeakSet[Engine] = weakref.WeakSet()  # runs started, stopped at exit if not ended
+# Runs started and not yet done with: not ended, or ended with an error no call reported. A
+# plain set, left by the engine itself (``_lifecycle.Engine._leave_live``): a WeakSet's
+# callback, run by the garbage collector in whatever the main thread was doing, would swallow
+# a KeyboardInterrupt that reached it there (run.interrupt).
+live: set[Engine] = set()
 
 
 @atexit.register

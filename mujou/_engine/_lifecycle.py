@@ -213,6 +213,7 @@ class Engine(Instants):
         if self.error is not None:
             self.abort()
             self.error_reported = True
+            self._leave_live()
             raise self.error
         self._commit()  # on_start's messages, before the restore replaces them (state.resume)
         if restore is None:
@@ -311,6 +312,7 @@ class Engine(Instants):
         self.end_time = self.clock.now()
         self.end_real = time.perf_counter()
         self.ended = True
+        self._leave_live()
         self._notify_host()
         wakers, self._wakers = self._wakers, []
         for waker in wakers:
@@ -356,7 +358,13 @@ class Engine(Instants):
         error = self.policy.error
         if error is not None:
             self.error_reported = True
+            self._leave_live()
             raise error
+
+    def _leave_live(self) -> None:
+        """Leave the runs stopped at exit (``_exit.live``) once ended with no error unheard."""
+        if self.ended and (self.error is None or self.error_reported):
+            live.discard(self)
 
     def add_waker(self, waker: Callable[[], None]) -> None:
         """Call ``waker`` when the run ends (at once if it has)."""
