@@ -643,6 +643,7 @@ def targets(results: Results, systems: list[str]) -> list[Target]:
         )
     )
     found += replay_targets(results)
+    found += ratio_targets(results)
     slower: list[str] = []
     compared = 0
     for n in FLEET_SIZES:
@@ -715,6 +716,130 @@ def trigger_targets(results: Results, systems: list[str]) -> list[Target]:
                 (m["latency_p50_us"] <= 300.0) if m else None,
             )
         )
+    return found
+
+
+def _ratio_target(
+    name: str,
+    mine: float | None,
+    ref: float | None,
+    ref_name: str,
+    limit: float,
+    *,
+    at_least: bool,
+    unit: str,
+) -> Target:
+    """One ratio target: Mujou's figure over the reference's in this run, against ``limit``."""
+    if not (mine and ref):
+        return Target(name, "—", "—", None)
+    ratio = mine / ref
+
+    def shown(value: float) -> str:
+        return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+    return Target(
+        name,
+        f"{shown(mine)} {unit} = {ratio:.2f}×",
+        f"{ref_name}: {shown(ref)} {unit}",
+        ratio >= limit if at_least else ratio <= limit,
+    )
+
+
+def _cpu_per_update_us(m: dict[str, float]) -> float | None:
+    """The process CPU per update made of a fleet's run, in µs."""
+    return m["cpu_percent"] / 100 * m["seconds"] / m["made"] * 1e6 if m and m["made"] else None
+
+
+def ratio_targets(results: Results) -> list[Target]:
+    """The targets of issues 24 and 26: ratios against a reference measured in the same run
+    (the plain pool, the machine's floor, a bare Gloo send/recv), each met or not."""
+
+    def get(system: str, workload: str, key: str) -> float | None:
+        return _median(results, system, workload).get(key)
+
+    found = [
+        _ratio_target(
+            "Host round trip (triggered echo) p50 ≤ 1.0× the floor's",
+            get(MUJOU_1, "echo-triggered", "latency_p50_ms"),
+            get(FLOOR, "echo-triggered", "latency_p50_ms"),
+            FLOOR,
+            1.0,
+            at_least=False,
+            unit="ms",
+        ),
+        _ratio_target(
+            "Trigger to start p50 (workers=1) ≤ 1.2× the plain pool's",
+            get(MUJOU_1, "trigger-latency", "latency_p50_us"),
+            get(POOL, "trigger-latency", "latency_p50_us"),
+            POOL,
+            1.2,
+            at_least=False,
+            unit="µs",
+        ),
+    ]
+    pool_rate = get(POOL, "dispatch", "updates_per_second")
+    for workload, limit, label in (("dispatch", 0.5, "real-time"), ("dispatch-virtual", 1.0, "virtual")):
+        found.append(
+            _ratio_target(
+                f"Empty updates/s, {label} timer, ≥ {limit}× the plain pool's (real-time timer)",
+                get(MUJOU_1, workload, "updates_per_second"),
+                pool_rate,
+                POOL,
+                limit,
+                at_least=True,
+                unit="/s",
+            )
+        )
+    mine, pool = _fleet(results, MUJOU_1, 1000), _fleet(results, POOL, 1000)
+    found.append(
+        _ratio_target(
+            "Fleet N=1000 (workers=1): CPU per update ≤ 1.2× the plain pool's",
+            _cpu_per_update_us(mine),
+            _cpu_per_update_us(pool),
+            POOL,
+            1.2,
+            at_least=False,
+            unit="µs",
+        )
+    )
+    for workload, reference in (
+        ("cross-process-256B", FLOOR),
+        ("cross-process-64KiB", FLOOR),
+        ("cross-host-256B", FLOOR),
+        ("cross-host-64KiB", FLOOR),
+    ):
+        what = "a bare Gloo send/recv" if "host" in workload else reference
+        found.append(
+            _ratio_target(
+                f"Hand-off {workload} p50 ≤ 1.5× the reference's",
+                get(MUJOU_1, workload, "latency_p50_us"),
+                get(reference, workload, "latency_p50_us"),
+                what,
+                1.5,
+                at_least=False,
+                unit="µs",
+            )
+        )
+    found.append(
+        _ratio_target(
+            "Virtual tags/s across two processes ≥ 0.5× the floor's lockstep",
+            get(MUJOU_1, "tags-virtual-2p", "two_processes_tags_per_second"),
+            get(FLOOR, "tags-virtual-2p", "two_processes_tags_per_second"),
+            FLOOR,
+            0.5,
+            at_least=True,
+            unit="/s",
+        )
+    )
+    start = get(MUJOU_1, "start-2h", "start_p50_s")
+    found.append(
+        Target(
+            "Start of a two-host run (an agent on loopback) ≤ 3 s",
+            _format("start-2h", _median(results, MUJOU_1, "start-2h")) if start is not None else "—",
+            "—",
+            (start <= 3.0) if start is not None else None,
+        )
+    )
     return found
 
 
