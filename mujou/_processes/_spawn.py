@@ -86,51 +86,36 @@ def spawn(
                 trace=trace,
             )
             remote = placement.hosts.get(name)
+            tags: Connection | None = None
             if remote is not None:  # started by the agent of another host (mujou._hosts)
                 process, control, events = remote.launch(name, setup)
+                ours = [control, events]
+            else:
+                control, control_child = context.Pipe()
+                events, events_child = context.Pipe(duplex=False)
+                # The lockstep's own connection under the virtual timer (NOTE [ the tags connection ]).
+                tags, tags_child = context.Pipe() if virtual else (None, None)
+                ours = [end for end in (control, events, tags) if end is not None]
+                theirs = [end for end in (control_child, events_child, tags_child) if end is not None]
+                wake_out = {reader: ends[1] for (writer, reader), ends in wake.items() if writer == name}
+                wake_in = [ends[0] for (writer, reader), ends in wake.items() if reader == name]
+                process = context.Process(
+                    target=main,
+                    args=(setup, control_child, events_child, wake_out, wake_in),
+                    kwargs={"environ": dict(os.environ), "streams": HostStreams(), "tags": tags_child},
+                    name=f"mujou-{name}",
+                )
                 try:
-                    groups[name] = Group(
-                        name,
-                        nodes,
-                        process=process,
-                        control=control,
-                        events=events,
-                        on_event=on_event,
-                        on_warning=on_warning,
-                        virtual=virtual,
-                    )
+                    process.start()
                 except BaseException:
-                    process.kill()
-                    process.join(EXIT_GRACE)
-                    control.close()
-                    events.close()
+                    for end in ours:
+                        end.close()
                     raise
-                continue
-            control, control_child = context.Pipe()
-            events, events_child = context.Pipe(duplex=False)
-            # The lockstep's own connection under the virtual timer (NOTE [ the tags connection ]).
-            tags, tags_child = context.Pipe() if virtual else (None, None)
-            ours = [end for end in (control, events, tags) if end is not None]
-            theirs = [end for end in (control_child, events_child, tags_child) if end is not None]
-            wake_out = {reader: ends[1] for (writer, reader), ends in wake.items() if writer == name}
-            wake_in = [ends[0] for (writer, reader), ends in wake.items() if reader == name]
-            process = context.Process(
-                target=main,
-                args=(setup, control_child, events_child, wake_out, wake_in),
-                kwargs={"environ": dict(os.environ), "streams": HostStreams(), "tags": tags_child},
-                name=f"mujou-{name}",
-            )
-            try:
-                process.start()
-            except BaseException:
-                for end in ours:
+                finally:
+                    for end in theirs:
+                        end.close()
+                for end in (*wake_out.values(), *wake_in):
                     end.close()
-                raise
-            finally:
-                for end in theirs:
-                    end.close()
-            for end in (*wake_out.values(), *wake_in):
-                end.close()
             try:
                 groups[name] = Group(
                     name,
