@@ -126,6 +126,22 @@ class FirstValueReader(Node):
         self.seen.append(None if m is None else float(m[0]))
 
 
+class Blocker(Node):
+    """Triggered by ``go``: holds the thread that runs its update until ``release`` is set
+    (``inside`` tells that it is in)."""
+
+    go = Input(optional=True)
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("go"), seed=0)
+        self.inside = threading.Event()
+        self.release = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        self.inside.set()
+        self.release.wait(HANG_GUARD)
+
+
 class Drawer(Node):
     """Draws from its generator at each update and keeps the last draw (a tensor of its state)."""
 

@@ -17,25 +17,10 @@ from functools import partial
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, hang_guard, vt
+from _support import HANG_GUARD, Bag, Blocker, hang_guard, vt
 
 import mujou
 from mujou import Input, Node, Output
-
-
-class Blocker(Node):
-    """Triggered by ``go``: holds its worker in its update until ``release`` is set."""
-
-    go = Input(optional=True)
-
-    def __init__(self) -> None:
-        super().__init__(trigger=mujou.on("go"), seed=0)
-        self.inside = threading.Event()
-        self.release = threading.Event()
-
-    def on_update(self, dt: float) -> None:
-        self.inside.set()
-        self.release.wait(HANG_GUARD)
 
 
 class Echo(Node):

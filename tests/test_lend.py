@@ -7,34 +7,11 @@ from typing import Any
 
 import pytest
 import torch
+from _support import HANG_GUARD, Bag, Blocker
 
 import mujou
-from mujou import Input, Net, Node, Output
+from mujou import Input, Node, Output
 from mujou._engine import _update
-
-HANG_GUARD = 30.0  # seconds; reached only when something hangs (conftest's guard is longer)
-
-
-class Bag(Net):
-    def __init__(self, **nodes: Node) -> None:
-        super().__init__()
-        for name, node in nodes.items():
-            setattr(self, name, node)
-
-
-class Blocker(Node):
-    """Triggered by ``go``: holds the run's one worker until ``release`` is set."""
-
-    go = Input(optional=True)
-
-    def __init__(self) -> None:
-        super().__init__(trigger=mujou.on("go"), seed=0)
-        self.inside = threading.Event()
-        self.release = threading.Event()
-
-    def on_update(self, dt: float) -> None:
-        self.inside.set()
-        self.release.wait(HANG_GUARD)
 
 
 class Echo(Node):
