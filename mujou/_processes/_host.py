@@ -13,6 +13,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
@@ -31,6 +32,25 @@ from ._spawn import spawn
 from ._wire import Crossing, Pipe
 
 _live: weakref.WeakSet[Processes] = weakref.WeakSet()
+
+
+def each_result(waits: Mapping[str, Callable[[], Any]], first: BaseException | None = None) -> dict[str, Any]:
+    """Call every wait, whatever another's gave; the results by group. Then raise ``first``,
+    else the first error in the groups' order (None stands in its result meanwhile).
+
+    An interrupt leaves at once: the waits still to call are dropped.
+    """
+    results: dict[str, Any] = {}
+    for name, wait in waits.items():
+        try:
+            results[name] = wait()
+        except Exception as exc:  # a reply's error; an interrupt leaves at once
+            results[name] = None
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
+    return results
 
 
 class Stepper(Protocol):
@@ -132,17 +152,10 @@ class Processes:
 
         An interrupt of the host's wait leaves at once: the replies still to come are dropped.
         """
-        results: dict[str, Any] = {}
-        for name, reply in replies.items():
-            try:
-                results[name] = self.groups[name].wait(reply)
-            except Exception as exc:  # a reply's error; an interrupt leaves at once
-                results[name] = None
-                if first is None:
-                    first = exc
-        if first is not None:
-            raise first
-        return results
+        groups = self.groups
+        return each_result(
+            {name: partial(groups[name].wait, reply) for name, reply in replies.items()}, first
+        )
 
     def all(self, command: str, *args: Any) -> dict[str, Any]:
         """Send ``command`` to every group, then wait for every reply: the replies by group."""

@@ -31,7 +31,7 @@ from typing import Any
 from .._engine._collect import stopping_now
 from .._engine._instants import nothing_can_happen
 from ._group import EXIT_GRACE, rebuild_failure
-from ._host import Processes
+from ._host import Processes, each_result
 from ._member import Failure
 from ._placement import HOST
 from ._wire import Crossing
@@ -241,18 +241,7 @@ def _tag(
 
 def _tag_replies(processes: Processes) -> dict[str, Any]:
     """The tag's reply of every group, whatever another's was (as ``Processes.gather``)."""
-    results: dict[str, Any] = {}
-    first: Exception | None = None
-    for name, group in processes.groups.items():
-        try:
-            results[name] = group.tag_reply()
-        except Exception as exc:
-            results[name] = None
-            if first is None:
-                first = exc
-    if first is not None:
-        raise first
-    return results
+    return each_result({name: group.tag_reply for name, group in processes.groups.items()})
 
 
 def _fail_first(processes: Processes, failures: list[tuple[str, Failure]]) -> None:
