@@ -34,7 +34,7 @@ from torch._C._distributed_c10d import ProcessGroupGloo, TCPStore
 import mujou
 
 from ._common import CROSS_PERIOD, WARM_UP, Metrics, cross_metrics, start_stop_metrics
-from .mujou_processes import Handoff, Rally, Ring
+from .mujou_processes import Handoff, Rally, Ring, rally_tags
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,24 +145,13 @@ def start_two_hosts(runs: int) -> Metrics:
     return start_stop_metrics(starts, stops)
 
 
-def _tags(seconds: float, processes: Any, net: Rally) -> float:
-    with mujou.run(net, workers=1, timer=mujou.VirtualTimer(), processes=processes) as run:
-        run.sleep(0.02)  # warm up
-        done = run.stats().nodes["ping"].updates
-        began = time.perf_counter()
-        while time.perf_counter() - began < seconds:
-            run.sleep(0.01)
-        wall = time.perf_counter() - began
-        return (run.stats().nodes["ping"].updates - done) / wall
-
-
 def tags_virtual_hosts(seconds: float) -> Metrics:
     """Tags per second of wall time with ``pong`` on the other host, and in a process here."""
     with Agent() as agent:
         net = Rally()
-        there = _tags(seconds, {"pong": mujou.OnHost(net.pong, agent.address)}, net)
+        there, _ = rally_tags(seconds, net, {"pong": mujou.OnHost(net.pong, agent.address)})
     net = Rally()
-    here = _tags(seconds, {"pong": net.pong}, net)
+    here, _ = rally_tags(seconds, net, {"pong": net.pong})
     return {"two_hosts_tags_per_second": there, "two_processes_tags_per_second": here, "ratio": there / here}
 
 

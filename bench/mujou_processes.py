@@ -186,9 +186,8 @@ class Rally(Net):
         self.connect(self.pong.y, self.ping.x)
 
 
-def _tags(seconds: float, placed: bool) -> tuple[float, int]:
-    net = Rally()
-    processes = {"pong": net.pong} if placed else None
+def rally_tags(seconds: float, net: Rally, processes: Any) -> tuple[float, int]:
+    """Tags per second of wall time of ``net`` run with ``processes=``, and ping's last count."""
     with mujou.run(net, workers=1, timer=mujou.VirtualTimer(), processes=processes) as run:
         run.sleep(0.02)  # warm up
         done = run.stats().nodes["ping"].updates
@@ -205,8 +204,9 @@ def _tags(seconds: float, placed: bool) -> tuple[float, int]:
 
 def tags_virtual(seconds: float) -> Metrics:
     """Tags per second of wall time: the net in one process, then ``pong`` in a process of its own."""
-    one, _ = _tags(seconds, placed=False)
-    two, _ = _tags(seconds, placed=True)
+    one, _ = rally_tags(seconds, Rally(), None)
+    net = Rally()
+    two, _ = rally_tags(seconds, net, {"pong": net.pong})
     return {"two_processes_tags_per_second": two, "one_process_tags_per_second": one, "ratio": two / one}
 
 
