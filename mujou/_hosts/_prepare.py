@@ -3,24 +3,30 @@ to its part of the data plane (real-time timer), before the processes are spawne
 
 from __future__ import annotations
 
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
+from .._processes._child import Setup
 from .._processes._member import Member
+from .._processes._placement import Placement
 from ._remote import OnHost, RemoteProcess, launch
+
+if TYPE_CHECKING:
+    from ._plane import Part
 
 
 class Bound:
     """A group's ``OnHost`` with its part of this run's data plane (None: no plane)."""
 
-    def __init__(self, where: OnHost, part: Any) -> None:
+    def __init__(self, where: OnHost, part: Part | None) -> None:
         self.where = where
         self.part = part
 
-    def launch(self, name: str, setup: Any) -> tuple[RemoteProcess, Any, Any]:
+    def launch(self, name: str, setup: Setup) -> tuple[RemoteProcess, Connection, Connection]:
         return launch(self.where, name, setup, self.part)
 
 
-def prepare_hosts(placement: Any, member: Member, *, virtual: bool) -> None:
+def prepare_hosts(placement: Placement, member: Member, *, virtual: bool) -> None:
     """Bind each remote group's launch; under the real-time timer, with ports that cross hosts,
     open the data plane's store here and take rank 0 (hosts.data-plane)."""
     hosts: dict[str, OnHost] = dict(placement.hosts)

@@ -26,6 +26,9 @@ from ._address import parse_address, secret_bytes
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
+    from .._processes._child import Setup
+    from ._plane import Part
+
 CLOCK_PINGS = 5  # round trips that measure a host's clock offset (the shortest one counts)
 
 
@@ -113,7 +116,9 @@ class OnHost:
         return secret_bytes(self._secret, f"the group on host {self.address!r}")
 
 
-def launch(where: OnHost, name: str, setup: Any, plane: Any) -> tuple[RemoteProcess, Connection, Connection]:
+def launch(
+    where: OnHost, name: str, setup: Setup, plane: Part | None
+) -> tuple[RemoteProcess, Connection, Connection]:
     """The remote process of group ``name``, its control and events connections."""
     from ._launch import Launch, host_preparation, versions
     from ._link import HandshakeError, SilentPeerError, connect
