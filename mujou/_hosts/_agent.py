@@ -9,7 +9,8 @@ starts the process from its own fork server (Linux) or with ``spawn``, handing i
 and events connections: from then on the host and the process talk directly, with the process
 layer's protocol. The agent watches the process and the life line: it tells the host the
 process's exit code, and kills the process when the host asks, when the life line closes,
-or when the host has been silent for the launch's timeout.
+or when the host has been silent for the launch's timeout; and the process ends by itself
+when the agent dies (``_orphan``).
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ class Agent:
 
     def _run(self, pending: _Pending) -> None:
         """Start the process, then keep its life line until it ended."""
-        from ._remote_child import main
+        from ._orphan import main
 
         lifeline, launch = pending.life, pending.launch
         assert (
@@ -187,12 +188,18 @@ class Agent:
         finally:
             started.set()
             beating.join()
+        # The process watches the read end; this end closes when the agent dies (_orphan).
+        watched, watch = context.Pipe(duplex=False)
         process = context.Process(
-            target=main, args=(launch, pending.control, pending.events), name=f"mujou-{launch.name}"
+            target=main, args=(watched, launch, pending.control, pending.events), name=f"mujou-{launch.name}"
         )
         try:
             process.start()
+        except BaseException:
+            watch.close()
+            raise
         finally:
+            watched.close()
             pending.control.close()
             pending.events.close()
         self._log(f"mujou agent: started process {launch.name!r} (pid {process.pid})")
@@ -235,6 +242,7 @@ class Agent:
                 process.kill()
                 process.join()
             process.close()
+            watch.close()
             lifeline.close()
             if self._once:
                 self.stop()
