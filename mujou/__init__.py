@@ -17,6 +17,7 @@ from ._errors import RecordingVersionWarning as RecordingVersionWarning
 from ._errors import StateFileError as StateFileError
 from ._errors import TruncatedRecordingWarning as TruncatedRecordingWarning
 from ._errors import UnsavedAttributeWarning as UnsavedAttributeWarning
+from ._hosts._ray import OnRay as OnRay
 from ._hosts._remote import HostError as HostError
 from ._hosts._remote import OnHost as OnHost
 from ._hosts._torchrun import serve_ranks as serve_ranks
@@ -61,6 +62,7 @@ __all__ = [
     "NodeList",
     "NodeStats",
     "OnHost",
+    "OnRay",
     "Output",
     "OversubscriptionWarning",
     "ProcessError",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .._processes._child import Setup
 from .._processes._member import Member
 from .._processes._placement import Placement
+from ._ray import OnRay, launch_on_ray
 from ._remote import OnHost, RemoteProcess, launch
 
 if TYPE_CHECKING:
@@ -16,20 +17,22 @@ if TYPE_CHECKING:
 
 
 class Bound:
-    """A group's ``OnHost`` with its part of this run's data plane (None: no plane)."""
+    """A group's ``OnHost`` or ``OnRay`` with its part of this run's data plane (None: no plane)."""
 
-    def __init__(self, where: OnHost, part: Part | None) -> None:
+    def __init__(self, where: OnHost | OnRay, part: Part | None) -> None:
         self.where = where
         self.part = part
 
     def launch(self, name: str, setup: Setup) -> tuple[RemoteProcess, Connection, Connection]:
+        if isinstance(self.where, OnRay):
+            return launch_on_ray(self.where, name, setup, self.part)
         return launch(self.where, name, setup, self.part)
 
 
 def prepare_hosts(placement: Placement, member: Member, *, virtual: bool) -> None:
     """Bind each remote group's launch; under the real-time timer, with ports that cross hosts,
     open the data plane's store here and take rank 0 (hosts.data-plane)."""
-    hosts: dict[str, OnHost] = dict(placement.hosts)
+    hosts: dict[str, OnHost | OnRay] = dict(placement.hosts)
     plane = None
     if not virtual:
         from ._plane import HostPlane, channels
@@ -37,9 +40,8 @@ def prepare_hosts(placement: Placement, member: Member, *, virtual: bool) -> Non
         local = [name for name in placement.groups if name not in hosts]
         if channels(list(hosts), placement.outgoing, local):
             first = next(iter(hosts.values()))
-            plane = HostPlane(
-                member, placement, first.address, max(where.timeout for where in hosts.values())
-            )
+            toward = first._cluster_address() if isinstance(first, OnRay) else first.address
+            plane = HostPlane(member, placement, toward, max(where.timeout for where in hosts.values()))
     placement.hosts = {
         name: Bound(where, None if plane is None else plane.part(rank))
         for rank, (name, where) in enumerate(hosts.items(), start=1)

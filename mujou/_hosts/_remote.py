@@ -16,7 +16,7 @@ import pickle
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, final
 
 from .._errors import MujouInternalError
@@ -200,6 +200,7 @@ class RemoteProcess:
         self._lock = threading.Lock()
         self._sentinel, self._signal = os.pipe()
         self._started = threading.Event()  # the agent said the process's id
+        self.on_close: Callable[[], None] | None = None  # called once, by close (mujou._hosts._ray)
         self._monitor = threading.Thread(target=self._guarded, name=f"mujou-life-{name}", daemon=True)
         self._monitor.start()
 
@@ -233,6 +234,9 @@ class RemoteProcess:
                     os.close(fd)
             self._sentinel = self._signal = -1
             self._lifeline.close()
+            hook, self.on_close = self.on_close, None
+        if hook is not None:
+            hook()
 
     def _guarded(self) -> None:
         try:
