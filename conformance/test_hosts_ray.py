@@ -89,7 +89,8 @@ def test_a_killed_actor_stops_the_run_naming_the_host_and_its_nodes(ray: Any) ->
     message = str(error)
     here = ray.util.get_node_ip_address()
     assert error.process == "g1" and error.exitcode is None, message
-    assert f"on host '{here}:" in message and "was lost: its agent closed the connection" in message, message
+    assert f"on host '{here}:" in message and f", Ray actor {name}'" in message, message
+    assert "was lost: its agent closed the connection" in message, message
     assert error.nodes == ("left.src_b", "left.relay1", "left.sink") and "'left.relay1'" in message
     wait_until(lambda: free(ray), "the killed actor's resource to be free")
 

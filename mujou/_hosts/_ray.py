@@ -155,6 +155,7 @@ def launch_on_ray(
     except BaseException:
         _kill(ray, actor)
         raise
+    process.host = f"{address}, Ray actor {options['name']}"  # as errors name it (hosts.ray-lost)
     process.on_close = functools.partial(_kill, ray, actor)
     return process, control, events
 
