@@ -26,7 +26,9 @@ RESOURCE = "mujou_conformance"  # a custom resource of the test's node, which a 
 @pytest.fixture(scope="module")
 def ray() -> Iterator[Any]:
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, resources={RESOURCE: 1}, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        address="local", num_cpus=2, resources={RESOURCE: 1}, include_dashboard=False, log_to_driver=False
+    )
     yield ray
     ray.shutdown()
 
