@@ -58,6 +58,7 @@ DOCUMENTED_API = frozenset(
         "Recorder",
         "Replay",
         "OnHost",
+        "OnRay",
         "HostError",
         "serve_ranks",
     }
