@@ -15,12 +15,21 @@ from typing import Any
 
 import pytest
 from _process_nodes import Chain
-from _support import HANG_GUARD, checkout_environ, vt, wait_until
+from _support import HANG_GUARD, checkout_environ, hang_guard, vt, wait_until
 
 import mujou
 from mujou.testing import state_difference
 
 RESOURCE = "mujou_conformance"  # a custom resource of the test's node, which a group asks for
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard() -> Iterator[None]:
+    """A longer guard than conftest's: a group placed by Ray starts a Ray worker and then a
+    fork server, each importing torch (seconds each, many on 2 busy cores); every wait in
+    the tests is guarded on its own too (``HANG_GUARD``, ``wait_until``)."""
+    with hang_guard(180.0):
+        yield
 
 
 @pytest.fixture(scope="module")
