@@ -22,7 +22,9 @@ class Bound:
         self.where = where
         self.part = part
 
-    def launch(self, name: str, setup: Setup) -> tuple[RemoteProcess, Connection, Connection]:
+    def launch(
+        self, name: str, setup: Setup
+    ) -> tuple[RemoteProcess, Connection, Connection, Connection | None]:
         return launch(self.where, name, setup, self.part)
 
 

@@ -88,8 +88,8 @@ def spawn(
             remote = placement.hosts.get(name)
             tags: Connection | None = None
             if remote is not None:  # started by the agent of another host (mujou._hosts)
-                process, control, events = remote.launch(name, setup)
-                ours = [control, events]
+                process, control, events, tags = remote.launch(name, setup)
+                ours = [end for end in (control, events, tags) if end is not None]
             else:
                 control, control_child = context.Pipe()
                 events, events_child = context.Pipe(duplex=False)
