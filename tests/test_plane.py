@@ -71,7 +71,7 @@ def test_bytes_not_signed_by_the_run_are_refused_before_anything_is_unpickled(
 ) -> None:
     payload = wire.Outgoing(crossing_of(Pair(torch.ones(2), "x"))).encode(wire.signer(KEY), wire.ROOM)
     unpickled: list[bytes] = []
-    monkeypatch.setattr(wire.pickle, "loads", lambda data: unpickled.append(data))
+    monkeypatch.setattr("mujou._hosts._plane_wire.pickle.loads", unpickled.append)
     with pytest.raises(ValueError, match=r"^a message on 'out' is not signed with the run's key"):
         wire.Incoming("out", payload, wire.signer(b"s" * 32))  # another run's key
     tampered = payload.clone()
