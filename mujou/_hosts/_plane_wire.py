@@ -154,8 +154,8 @@ def control(kind: int, sign: Any, room: int) -> torch.Tensor:
 def _signed_into(address: int, sign: Any, header: bytes) -> None:
     mac = sign.copy()
     mac.update(header)
-    ctypes.memmove(address, mac.digest(), _MAC)
-    ctypes.memmove(address + _MAC, header, len(header))
+    signed = mac.digest() + header
+    ctypes.memmove(address, signed, len(signed))
 
 
 def next_room(size: int, room: int) -> int:
