@@ -76,7 +76,13 @@ class Agent:
         self._children: list[threading.Thread] = []
 
     def serve(self) -> None:
-        """Take connections until ``stop`` (or, with ``once``, until a run's process ended)."""
+        """Take connections until ``stop`` (or, with ``once``, until a run's process ended).
+
+        The fork server starts meanwhile (it imports torch: seconds), so that the first run
+        rarely waits for it."""
+        threading.Thread(
+            target=self._guarded, args=(start_context,), name="mujou-agent-server", daemon=True
+        ).start()
         self._socket.settimeout(ACCEPT_POLL)
         try:
             while not self._stop.is_set():
