@@ -10,17 +10,14 @@ on the pair of ranks.
 Latest value (proc.latest-value): a ``send`` on such an output never waits for the reader
 (NOTE [ a send without a thread hop ]): a slow or stopped reader holds up the channel's sender
 thread only, never the node that sends, and a reader that reads again gets the newest message.
-The reader's side has a receiver thread per channel, always waiting for the next message, which
-it publishes on the input's stand-in (and wakes its triggered readers) as the process layer's
-receiver does.
+The reader's side has a receiver thread per channel, which publishes each message on the
+input's stand-in (and wakes its triggered readers) as the process layer's receiver does.
 
-A message is one Gloo send of one byte tensor: a header, then the tensors' bytes. The header is
-packed with ``struct``, not pickled, but for the structure of a nest (pickled within it): the
-stamp, the sender's number, each tensor's dtype and shape, and the room the receiver gives the
-next message. It is signed with HMAC-SHA256 under a key made for the run, which only the
-authenticated life lines carry, and a receiver checks the signature before it reads anything
-else from it, so a stranger who reaches the Gloo ports can send bytes but never make a process
-run code. Each tensor is a view of the received bytes, against its dtype and shape.
+A message is one Gloo send of one byte tensor (``_plane_wire``): a header signed with
+HMAC-SHA256 under a key made for the run, which only the authenticated life lines carry, then
+the tensors' bytes. A receiver checks the signature before it reads anything else of the
+header (or unpickles a nest's structure in it), so a stranger who reaches the Gloo ports can
+send bytes but never make a process run code. Each tensor is a view of the received bytes.
 
 The receiver posts its next receive (Gloo sends a message to a receive that waits for it, and
 only then) as soon as it published a message, into a buffer of the room that message announced;
@@ -28,11 +25,13 @@ a message larger than that goes after a *grow* message that announces more room.
 
 NOTE [ a send without a thread hop ]
 A send on an output read on another host calls Gloo's send in the sending thread when the
-channel has no send in flight (the last one completed: the reader received it); Gloo writes
-it without waiting. Otherwise the message goes into the channel's one-message mailbox, which
-the channel's sender thread empties once the send in flight completed. So there is at most one
-send in flight per channel, a slow reader holds up the sender thread only, and a reader that
-reads again gets the newest message.
+channel has no send in flight (the last one completed: Gloo wrote it to the receive the reader
+had posted); Gloo writes it without waiting. Otherwise the message goes into the channel's
+one-message mailbox, which the channel's sender thread empties once the send in flight
+completed. So there is at most one send in flight per channel, a slow reader holds up the
+sender thread only, and a reader that reads again gets the newest message. The sender thread
+also waits for each send to complete (Gloo tells a send's end only to a wait), so that the
+next one goes out from the sending thread again.
 """
 
 from __future__ import annotations
