@@ -13,6 +13,9 @@ the same code as another machine; it is started once per measurement, before any
   ``mujou.run`` returned, the timers going) and its stop, the agent already running.
 - ``tags_virtual_hosts``: the tags per second of ``bench.mujou_processes.tags_virtual`` with
   ``pong`` on the other host, beside the same net with ``pong`` in a process of this host.
+- ``tcp_lockstep``: its reference: two processes in lockstep, as the floor's pipe lockstep of
+  ``tags-virtual-2p`` (``bench.baselines.floor.tags_virtual``), one small message each way per
+  tag over a loopback TCP connection (``TCP_NODELAY``), the other process a spawned one.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import datetime
 import os
 import secrets
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -34,6 +38,7 @@ from torch._C._distributed_c10d import ProcessGroupGloo, TCPStore
 import mujou
 
 from ._common import CROSS_PERIOD, WARM_UP, Metrics, cross_metrics, start_stop_metrics
+from .baselines.floor import _VALUE, _volley
 from .mujou_processes import Handoff, Rally, Ring, rally_tags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,6 +158,49 @@ def tags_virtual_hosts(seconds: float) -> Metrics:
     net = Rally()
     here, _ = rally_tags(seconds, net, {"pong": net.pong})
     return {"two_hosts_tags_per_second": there, "two_processes_tags_per_second": here, "ratio": there / here}
+
+
+def _tcp_partner(port: int) -> None:
+    """The other process of ``tcp_lockstep``: one update per value it gets, its value back."""
+    torch.set_num_threads(1)
+    with socket.create_connection(("127.0.0.1", port)) as connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        count = 0
+        while data := connection.recv(_VALUE.size, socket.MSG_WAITALL):
+            count += 1
+            connection.sendall(_VALUE.pack(_volley(count, _VALUE.unpack(data)[0])))
+
+
+def tcp_lockstep(seconds: float) -> Metrics:
+    """Tags per second of two processes in lockstep, one TCP round trip on loopback per tag."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        partner = mp.get_context("spawn").Process(
+            target=_tcp_partner, args=(server.getsockname()[1],), daemon=True
+        )
+        partner.start()
+        server.settimeout(120.0)
+        connection, _ = server.accept()
+    connection.settimeout(None)
+    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    count, theirs = 0, 0
+
+    def tag() -> None:
+        nonlocal count, theirs
+        count += 1
+        connection.sendall(_VALUE.pack(_volley(count, theirs)))
+        theirs = _VALUE.unpack(connection.recv(_VALUE.size, socket.MSG_WAITALL))[0]
+
+    with connection:
+        began = time.perf_counter()
+        while time.perf_counter() - began < WARM_UP:
+            tag()
+        done = count
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            tag()
+        rate = (count - done) / (time.perf_counter() - began)
+    partner.join(10.0)
+    return {"two_hosts_tags_per_second": rate}
 
 
 def describe() -> dict[str, Any]:

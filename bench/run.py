@@ -846,6 +846,16 @@ RATIO_TARGETS = (
         True,
         "/s",
     ),
+    (
+        "Virtual tags/s across two hosts (loopback) ≥ 0.5× a bare lockstep over TCP",
+        "tags-virtual-2h",
+        "two_hosts_tags_per_second",
+        FLOOR,
+        "a bare two-process lockstep over loopback TCP",
+        0.5,
+        True,
+        "/s",
+    ),
 )
 
 
@@ -1422,7 +1432,8 @@ HOSTS_WORKLOADS = (*CROSS_HOST_WORKLOADS, "tags-virtual-2h", "start-2h")
 
 def plan_hosts(durations: Durations, systems: list[str]) -> list[Case]:
     """The cases of several machines: Mujou with a group on another host (an agent on loopback);
-    the floor is a bare Gloo send/recv of the same tensor (cross-host-*)."""
+    the floor is a bare Gloo send/recv of the same tensor (cross-host-*) and a bare lockstep of two
+    processes over loopback TCP (tags-virtual-2h)."""
     found: list[Case] = []
     limit = durations.limit
     for workload, nbytes in CROSS_HOST_WORKLOADS.items():
@@ -1434,6 +1445,9 @@ def plan_hosts(durations: Durations, systems: list[str]) -> list[Case]:
     if MUJOU_1 in systems:
         tags = {"seconds": durations.tags}
         found.append(Case(MUJOU_1, "tags-virtual-2h", "tags_virtual_hosts", tags, limit, "mujou_hosts"))
+    if FLOOR in systems:  # a bare lockstep of two processes over loopback TCP
+        tags = {"seconds": durations.tags}
+        found.append(Case(FLOOR, "tags-virtual-2h", "tcp_lockstep", tags, limit, "mujou_hosts"))
         starts = {"runs": durations.start_stops}
         starts_limit = limit + START_STOP_LIMIT * durations.start_stops
         found.append(Case(MUJOU_1, "start-2h", "start_two_hosts", starts, starts_limit, "mujou_hosts"))
@@ -1444,6 +1458,8 @@ def _format_hosts(workload: str, m: dict[str, Any]) -> str:
     if workload in CROSS_HOST_WORKLOADS:
         missed = f" ({m['missed']:.0f} missed)" if m.get("missed") else ""
         return f"{_us(m['latency_p50_us'])} / {_us(m['latency_p99_us'])}{missed}"
+    if workload == "tags-virtual-2h" and "ratio" not in m:  # the bare TCP lockstep
+        return f"{_rate(m['two_hosts_tags_per_second'])} (two processes over loopback TCP)"
     if workload == "tags-virtual-2h":
         return (
             f"{_rate(m['two_hosts_tags_per_second'])} (two processes of one host: "

@@ -4,9 +4,10 @@ groups a run places on this host, and ends them (hosts.agent).
 It listens on one TCP address (loopback unless told otherwise). A connection is taken only
 once it proved it knows the run's secret (``_link``); a run's host then opens three for each
 remote process, each naming the process by a random key: the life line (``_life``) with the
-``Launch``, the control connection and the events connection. With all three, the agent
-starts the process from its own fork server (Linux) or with ``spawn``, handing it the control
-and events connections: from then on the host and the process talk directly, with the process
+``Launch``, the control connection and the events connection (and under the virtual timer a
+fourth, the lockstep's tags connection). With all of them, the agent starts the process from
+its own fork server (Linux) or with ``spawn``, handing it the control, events and tags
+connections: from then on the host and the process talk directly, with the process
 layer's protocol. The agent watches the process and the life line: it tells the host the
 process's exit code, and kills the process when the host asks, when the life line closes,
 or when the host has been silent for the launch's timeout; and the process ends by itself
@@ -44,10 +45,16 @@ class _Pending:
     launch: Launch | None = None
     control: Connection | None = None
     events: Connection | None = None
+    tags: Connection | None = None  # under the virtual timer (Launch.tags)
     complete: threading.Event = field(default_factory=threading.Event)
 
     def ready(self) -> bool:
-        return self.life is not None and self.control is not None and self.events is not None
+        return (
+            self.launch is not None
+            and self.control is not None
+            and self.events is not None
+            and (self.tags is not None or not self.launch.tags)
+        )
 
 
 class Agent:
@@ -70,7 +77,13 @@ class Agent:
         self._children: list[threading.Thread] = []
 
     def serve(self) -> None:
-        """Take connections until ``stop`` (or, with ``once``, until a run's process ended)."""
+        """Take connections until ``stop`` (or, with ``once``, until a run's process ended).
+
+        The fork server starts meanwhile (it imports torch: seconds), so that the first run
+        rarely waits for it."""
+        threading.Thread(
+            target=self._guarded, args=(start_context,), name="mujou-agent-server", daemon=True
+        ).start()
         self._socket.settimeout(ACCEPT_POLL)
         try:
             while not self._stop.is_set():
@@ -137,6 +150,8 @@ class Agent:
                 pending.control = connection
             elif kind == "events":
                 pending.events = connection
+            elif kind == "tags":
+                pending.tags = connection
             else:
                 connection.close()
                 return
@@ -161,7 +176,7 @@ class Agent:
         with self._lock:
             pending = self._pending.pop(key, None)
         if pending is not None:
-            for connection in (pending.life, pending.control, pending.events):
+            for connection in (pending.life, pending.control, pending.events, pending.tags):
                 if connection is not None:
                     connection.close()
 
@@ -191,7 +206,9 @@ class Agent:
         # The process watches the read end; this end closes when the agent dies (_orphan).
         watched, watch = context.Pipe(duplex=False)
         process = context.Process(
-            target=main, args=(watched, launch, pending.control, pending.events), name=f"mujou-{launch.name}"
+            target=main,
+            args=(watched, launch, pending.control, pending.events, pending.tags),
+            name=f"mujou-{launch.name}",
         )
         try:
             process.start()
@@ -200,8 +217,9 @@ class Agent:
             raise
         finally:
             watched.close()
-            pending.control.close()
-            pending.events.close()
+            for connection in (pending.control, pending.events, pending.tags):
+                if connection is not None:
+                    connection.close()
         self._log(f"mujou agent: started process {launch.name!r} (pid {process.pid})")
         heard = time.monotonic()
         with contextlib.suppress(OSError):

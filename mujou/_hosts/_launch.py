@@ -30,6 +30,7 @@ class Launch:
     timeout: float  # real seconds of silence after which either end takes the other as lost
     offset: float  # this host's monotonic clock minus the host's, measured at the launch
     plane: Any = field(default=None)  # the data plane's part of this process (real-time timer)
+    tags: bool = False  # a fourth connection comes: the lockstep's (virtual timer; _processes._group)
 
 
 def versions() -> tuple[str, str, str]:

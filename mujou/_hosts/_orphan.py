@@ -19,12 +19,14 @@ from multiprocessing.connection import Connection, wait
 from ._launch import Launch
 
 
-def main(agent: Connection, launch: Launch, control: Connection, events: Connection) -> None:
+def main(
+    agent: Connection, launch: Launch, control: Connection, events: Connection, tags: Connection | None = None
+) -> None:
     """The remote process: watch ``agent``, then be the group's process (``_remote_child``)."""
     from ._remote_child import main as remote_main
 
     threading.Thread(target=_watch, args=(agent,), name="mujou-agent-watch", daemon=True).start()
-    remote_main(launch, control, events)
+    remote_main(launch, control, events, tags)
 
 
 def _watch(agent: Connection) -> None:

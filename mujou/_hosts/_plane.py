@@ -7,32 +7,39 @@ host (its address goes to each remote process in its ``Launch``, over the authen
 line). Each output read across hosts, for each reader's host, is a *channel*: a tag of its own
 on the pair of ranks.
 
-Latest value (proc.latest-value): a ``send`` on such an output only puts the message into the
-channel's one-message mailbox, replacing one still there; the channel's sender thread takes
-the newest and sends it. So a slow or stopped reader holds up that thread only, never the
-node that sends, and a reader that reads again gets the newest message. The reader's side
-has a receiver thread per channel, always waiting for the next message, which it publishes on
-the input's stand-in (and wakes its triggered readers) as the process layer's receiver does.
+Latest value (proc.latest-value): a ``send`` on such an output never waits for the reader
+(NOTE [ a send without a thread hop ]): a slow or stopped reader holds up the channel's sender
+thread only, never the node that sends, and a reader that reads again gets the newest message.
+The reader's side has a receiver thread per channel, which publishes each message on the
+input's stand-in (and wakes its triggered readers) as the process layer's receiver does.
 
-A message is two Gloo sends: its length, then one byte tensor with a header and the tensors'
-bytes. The header (the stamp, the sender's number, the nest's structure, each tensor's dtype
-and shape) is pickled and signed with HMAC-SHA256 under a key made for the run, which only
-the authenticated life lines carry; a receiver checks the signature before it unpickles the
-header, so a stranger who reaches the Gloo ports can send bytes but never make a process run
-code. Each tensor is rebuilt from the bytes against its dtype and shape.
+A message is one Gloo send of one byte tensor (``_plane_wire``): a header signed with
+HMAC-SHA256 under a key made for the run, which only the authenticated life lines carry, then
+the tensors' bytes. A receiver checks the signature before it reads anything else of the
+header (or unpickles a nest's structure in it), so a stranger who reaches the Gloo ports can
+send bytes but never make a process run code. Each tensor is a view of the received bytes.
+
+The receiver posts its next receive (Gloo sends a message to a receive that waits for it, and
+only then) as soon as it published a message, into a buffer of the room that message announced;
+a message larger than that goes after a *grow* message that announces more room.
+
+NOTE [ a send without a thread hop ]
+A send on an output read on another host calls Gloo's send in the sending thread when the
+channel has no send in flight (the last one completed: Gloo wrote it to the receive the reader
+had posted); Gloo writes it without waiting. Otherwise the message goes into the channel's
+one-message mailbox, which the channel's sender thread empties once the send in flight
+completed. So there is at most one send in flight per channel, a slow reader holds up the
+sender thread only, and a reader that reads again gets the newest message. The sender thread
+also waits for each send to complete (Gloo tells a send's end only to a wait), so that the
+next one goes out from the sending thread again.
 """
 
 from __future__ import annotations
 
-import ctypes
 import datetime
-import hashlib
-import hmac
 import os
-import pickle
 import secrets
 import socket
-import struct
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,11 +51,9 @@ from torch._C._distributed_c10d import PrefixStore, TCPStore
 from .._ports import Output
 from .._processes._member import Member
 from .._processes._wire import NO_HOLDER, Crossing, joined, split
+from ._plane_wire import BYE, GROW, MESSAGE, ROOM, Incoming, Outgoing, control, next_room, signer
 
-ALIGN = 16  # bytes: each tensor starts at a multiple of this in a message (for .view(dtype))
 JOIN_GRACE = 2.0  # real seconds the end of the run waits for each plane thread
-_HEAD = struct.Struct("!I32s")  # the header's length, its HMAC-SHA256
-_BYE = -1  # a length that says the sender closed the channel
 OPERATION_TIMEOUT = datetime.timedelta(days=1)  # a receiver waits for a quiet output that long
 
 
@@ -94,7 +99,7 @@ class Plane:
         self._ready = threading.Event()
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._mailboxes: dict[int, _Mailbox] = {}
+        self._outboxes: list[_Outbox] = []
         self._watchers: list[tuple[Output[Any], Any]] = []
 
     def attach(self) -> None:
@@ -107,16 +112,17 @@ class Plane:
         outputs = member.forwarders.outputs
         for channel in part.channels:
             if channel.writer == part.rank:
-                mailbox = self._mailboxes[channel.tag] = _Mailbox()
+                outbox = _Outbox(channel, part.key)
+                self._outboxes.append(outbox)
                 port = outputs[channel.output]
-                watcher = _watcher(port, channel.output, mailbox)
+                watcher = _watcher(port, channel.output, outbox)
                 port._add_watcher(watcher)
                 self._watchers.append((port, watcher))
         self._spawn(self._connect, "mujou-plane-connect")
+        for outbox in self._outboxes:
+            self._spawn(outbox.run, f"mujou-plane-send-{outbox.channel.output}")
         for channel in part.channels:
-            if channel.writer == part.rank:
-                self._spawn(self._send, f"mujou-plane-send-{channel.output}", channel)
-            elif channel.reader == part.rank:
+            if channel.reader == part.rank:
                 self._spawn(self._receive, f"mujou-plane-receive-{channel.output}", channel)
 
     def close(self) -> None:
@@ -127,8 +133,8 @@ class Plane:
         for port, watcher in self._watchers:
             port._remove_watcher(watcher)
         self._watchers.clear()
-        for mailbox in self._mailboxes.values():
-            mailbox.close()
+        for outbox in self._outboxes:
+            outbox.close()
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(JOIN_GRACE)
@@ -176,6 +182,8 @@ class Plane:
             PrefixStore(part.prefix, store), part.rank, part.size, options
         )
         self._ready.set()
+        for outbox in self._outboxes:
+            outbox.connected(self._group)
 
     def _wait_ready(self) -> bool:
         while not self._ready.wait(0.1):
@@ -183,136 +191,139 @@ class Plane:
                 return False
         return True
 
-    def _send(self, channel: Channel) -> None:
-        mailbox = self._mailboxes[channel.tag]
-        if not self._wait_ready():
-            return
-        group, key = self._group, self.part.key
-        length = torch.zeros(1, dtype=torch.int64)
-        while True:
-            crossing = mailbox.take()
-            if crossing is None:  # closed: say so to the reader
-                length[0] = _BYE
-                group.send([length], channel.reader, channel.tag).wait()
-                return
-            payload = encode(crossing, key)
-            length[0] = payload.numel()
-            group.send([length], channel.reader, channel.tag).wait()
-            group.send([payload], channel.reader, channel.tag).wait()
-
     def _receive(self, channel: Channel) -> None:
+        """Receive the channel's messages: publish each, then post the next receive (a
+        message sent before that waits for it in the sender's Gloo; posting first would delay
+        the publish by the call, tens of microseconds)."""
         if not self._wait_ready():
             return
-        group, key, member = self._group, self.part.key, self.member
-        length = torch.zeros(1, dtype=torch.int64)
+        group, sign, member = self._group, signer(self.part.key), self.member
+        name, writer, tag = channel.output, channel.writer, channel.tag
+        payload = torch.empty(ROOM, dtype=torch.uint8)
+        work = group.recv([payload], writer, tag)
         while True:
-            group.recv([length], channel.writer, channel.tag).wait()
-            size = int(length[0])
-            if size == _BYE:
+            work.wait()
+            header = Incoming(name, payload, sign)
+            if header.kind == BYE:
                 return
-            payload = torch.empty(size, dtype=torch.uint8)
-            group.recv([payload], channel.writer, channel.tag).wait()
-            name, tensors, rest, stamp, number = decode(channel.output, payload, key)
-            message, nest = joined(tensors, rest)
-            if self._closing.is_set() or member.engine.ended:
-                continue
-            member.standins.publish(member.engine, name, message, nest, stamp=stamp, number=number)
+            if header.kind == MESSAGE and not (self._closing.is_set() or member.engine.ended):
+                _, tensors, rest, stamp, number = header.crossing(name, payload)
+                message, nest = joined(tensors, rest)
+                member.standins.publish(member.engine, name, message, nest, stamp=stamp, number=number)
+            payload = torch.empty(header.room, dtype=torch.uint8)
+            work = group.recv([payload], writer, tag)
 
 
-class _Mailbox:
-    """One message, the newest: a put replaces what the sender thread has not taken yet."""
+class _Outbox:
+    """The sending side of one channel (NOTE [ a send without a thread hop ]): a send goes
+    out at once from the sending thread when none is in flight, else into a one-message
+    mailbox that the channel's sender thread empties; that thread also waits for each send to
+    complete, so that the next may go out at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, channel: Channel, key: bytes) -> None:
+        self.channel = channel
+        self._sign = signer(key)
         self._condition = threading.Condition()
-        self._crossing: Crossing | None = None
+        self._group: Any = None  # the plane's Gloo group, once connected
+        self._pending: Crossing | None = None  # the mailbox
+        self._work: list[Any] = []  # the sends in flight, until the sender thread saw them complete
+        self._sending = False  # a thread is sending now
+        self._error: BaseException | None = None  # a direct send's, for the sender thread to raise
         self._closed = False
+        self._room = ROOM  # the room of the receive the reader has posted for the next message
 
-    def put(self, crossing: Crossing) -> None:
+    def connected(self, group: Any) -> None:
         with self._condition:
-            self._crossing = crossing
+            self._group = group
             self._condition.notify()
 
-    def take(self) -> Crossing | None:
-        """The newest message, waiting for one; None once closed."""
+    def put(self, crossing: Crossing) -> None:
+        """Send ``crossing`` now if nothing is in flight, else leave it in the mailbox
+        (replacing one still there). Never waits for the reader."""
         with self._condition:
-            while self._crossing is None and not self._closed:
-                self._condition.wait()
             if self._closed:
-                return None
-            crossing, self._crossing = self._crossing, None
-            return crossing
+                return
+            if self._group is None or self._sending or self._work or self._pending is not None:
+                self._pending = crossing
+                self._condition.notify()
+                return
+            self._sending = True
+        work: list[Any] = []
+        try:
+            work = self._send(crossing)
+        except BaseException as exc:  # the sender thread raises it, not the node that sends
+            with self._condition:
+                self._error = exc
+        finally:
+            with self._condition:
+                self._sending = False
+                self._work = work
+                self._condition.notify()
 
     def close(self) -> None:
         with self._condition:
             self._closed = True
-            self._condition.notify_all()
+            self._condition.notify()
+
+    def run(self) -> None:
+        """The sender thread: wait for each send in flight, send what the mailbox holds once
+        none is; once closed, say so to the reader."""
+        while (step := self._next()) is not None:
+            work, crossing = step
+            if crossing is None:
+                for each in work:
+                    each.wait()  # a reader that does not read holds up this thread only
+                with self._condition:
+                    self._work = []
+                continue
+            try:
+                work = self._send(crossing)
+            finally:
+                with self._condition:
+                    self._sending = False
+                    self._work = work
+        if self._group is not None:
+            self._group.send([control(BYE, self._sign, ROOM)], self.channel.reader, self.channel.tag).wait()
+
+    def _next(self) -> tuple[list[Any], Crossing | None] | None:
+        """The sender thread's next step, once there is one: the sends in flight to wait for,
+        or the mailbox's message to send (the thread is then the one sending); None once
+        closed with nothing in flight. Raises a direct send's error."""
+        with self._condition:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                if not self._sending:
+                    if self._work:
+                        return self._work, None
+                    if self._closed:
+                        return None
+                    if self._pending is not None and self._group is not None:
+                        crossing, self._pending = self._pending, None
+                        self._sending = True
+                        return [], crossing
+                self._condition.wait()
+
+    def _send(self, crossing: Crossing) -> list[Any]:
+        """Send ``crossing`` (after more room, if it needs it); the sends' works, which hold
+        their tensors until they completed."""
+        group, reader, tag = self._group, self.channel.reader, self.channel.tag
+        message = Outgoing(crossing)
+        size = message.size
+        works = []
+        if size > self._room:
+            self._room = max(ROOM, size)
+            works.append(group.send([control(GROW, self._sign, self._room)], reader, tag))
+        self._room = next_room(size, self._room)
+        works.append(group.send([message.encode(self._sign, self._room)], reader, tag))
+        return works
 
 
-def _watcher(port: Output[Any], name: str, mailbox: _Mailbox) -> Any:
+def _watcher(port: Output[Any], name: str, outbox: _Outbox) -> Any:
     def forward(message: Any) -> None:
-        mailbox.put(split(port, name))
+        outbox.put(split(port, name))
 
     return forward
-
-
-# -- the message's bytes --------------------------------------------------------------------------
-
-
-def _aligned(size: int) -> int:
-    return -(-size // ALIGN) * ALIGN
-
-
-def encode(crossing: Crossing, key: bytes) -> torch.Tensor:
-    """One byte tensor: the signed header, then each tensor's bytes, aligned."""
-    _, tensors, rest, stamp, number = crossing
-    flat = [tensor.contiguous() for tensor in tensors]
-    header = pickle.dumps(
-        (stamp, number, rest, [(str(t.dtype).removeprefix("torch."), tuple(t.shape)) for t in flat]),
-        protocol=pickle.HIGHEST_PROTOCOL,
-    )
-    mac = hmac.new(key, header, hashlib.sha256).digest()
-    start = _aligned(_HEAD.size + len(header))
-    sizes = [_aligned(t.numel() * t.element_size()) for t in flat]
-    payload = torch.empty(start + sum(sizes), dtype=torch.uint8)
-    head = _HEAD.pack(len(header), mac) + header
-    payload[: len(head)] = torch.frombuffer(bytearray(head), dtype=torch.uint8)
-    offset = start
-    for tensor, size in zip(flat, sizes, strict=True):
-        nbytes = tensor.numel() * tensor.element_size()
-        if nbytes:
-            payload[offset : offset + nbytes] = tensor.reshape(-1).view(torch.uint8)
-        offset += size
-    return payload
-
-
-def decode(name: str, payload: torch.Tensor, key: bytes) -> Crossing:
-    """The message ``encode`` made; ValueError for a header not signed with ``key``."""
-    if payload.numel() < _HEAD.size:
-        raise ValueError(f"a message on {name!r} is shorter than its header")
-    length, mac = _HEAD.unpack(ctypes.string_at(payload.data_ptr(), _HEAD.size))
-    if _HEAD.size + length > payload.numel():
-        raise ValueError(f"a message on {name!r} is shorter than its header")
-    header = ctypes.string_at(payload.data_ptr() + _HEAD.size, length)
-    if not hmac.compare_digest(mac, hmac.new(key, header, hashlib.sha256).digest()):
-        raise ValueError(
-            f"a message on {name!r} is not signed with the run's key: it was not sent by the run"
-        )
-    stamp, number, rest, layouts = pickle.loads(header)
-    offset = _aligned(_HEAD.size + length)
-    tensors = []
-    for dtype_name, shape in layouts:
-        dtype = getattr(torch, dtype_name)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"a message on {name!r} names no dtype: {dtype_name!r}")
-        count = 1
-        for extent in shape:
-            count *= extent
-        nbytes = count * torch.empty((), dtype=dtype).element_size()
-        if offset + nbytes > payload.numel():
-            raise ValueError(f"a message on {name!r} is shorter than its tensors")
-        tensors.append(payload[offset : offset + nbytes].view(dtype).reshape(shape))
-        offset += _aligned(nbytes)
-    return name, tensors, rest, stamp, number
 
 
 # -- the run's host ------------------------------------------------------------------------------

@@ -23,7 +23,9 @@ class Bound:
         self.where = where
         self.part = part
 
-    def launch(self, name: str, setup: Setup) -> tuple[RemoteProcess, Connection, Connection]:
+    def launch(
+        self, name: str, setup: Setup
+    ) -> tuple[RemoteProcess, Connection, Connection, Connection | None]:
         if isinstance(self.where, OnRay):
             return launch_on_ray(self.where, name, setup, self.part)
         return launch(self.where, name, setup, self.part)

@@ -123,7 +123,7 @@ class OnRay:
 
 def launch_on_ray(
     where: OnRay, name: str, setup: Setup, plane: Part | None
-) -> tuple[RemoteProcess, Connection, Connection]:
+) -> tuple[RemoteProcess, Connection, Connection, Connection | None]:
     """Place group ``name``'s actor, then launch its process through the actor's agent."""
     ray = _connected()
     secret = secrets.token_hex(32)
@@ -151,13 +151,13 @@ def launch_on_ray(
                 f"ray:{options['name']}", name, f"its Ray actor died as it started: {exc}"
             ) from None
         placed = OnHost(where.group, address, secret=secret, timeout=where.timeout)
-        process, control, events = launch(placed, name, setup, plane)
+        process, control, events, tags = launch(placed, name, setup, plane)
     except BaseException:
         _kill(ray, actor)
         raise
     process.host = f"{address}, Ray actor {options['name']}"  # as errors name it (hosts.ray-lost)
     process.on_close = functools.partial(_kill, ray, actor)
-    return process, control, events
+    return process, control, events, tags
 
 
 def _connected() -> Any:

@@ -118,8 +118,9 @@ class OnHost:
 
 def launch(
     where: OnHost, name: str, setup: Setup, plane: Part | None
-) -> tuple[RemoteProcess, Connection, Connection]:
-    """The remote process of group ``name``, its control and events connections."""
+) -> tuple[RemoteProcess, Connection, Connection, Connection | None]:
+    """The remote process of group ``name``, its control and events connections, and under
+    the virtual timer its tags connection (NOTE [ the tags connection ] in ``_processes._group``)."""
     from ._launch import Launch, host_preparation, versions
     from ._link import HandshakeError, SilentPeerError, connect
 
@@ -136,7 +137,16 @@ def launch(
                 (
                     "launch",
                     key,
-                    Launch(name, data, versions(), host_preparation(), where.timeout, offset, plane),
+                    Launch(
+                        name,
+                        data,
+                        versions(),
+                        host_preparation(),
+                        where.timeout,
+                        offset,
+                        plane,
+                        tags=setup.virtual,
+                    ),
                 )
             )
             answer = (
@@ -152,6 +162,11 @@ def launch(
             events = connect(address, secret, where.timeout)
             opened.append(events)
             events.send(("events", key))
+            tags = None
+            if setup.virtual:
+                tags = connect(address, secret, where.timeout)
+                opened.append(tags)
+                tags.send(("tags", key))
         except SilentPeerError as exc:
             raise HostError(where.address, name, f"{exc}: is a Mujou agent listening there?") from None
         except HandshakeError as exc:
@@ -168,7 +183,7 @@ def launch(
         for connection in opened:
             connection.close()
         raise
-    return RemoteProcess(where.address, name, lifeline, where.timeout), control, events
+    return RemoteProcess(where.address, name, lifeline, where.timeout), control, events, tags
 
 
 def _clock_offset(lifeline: Connection) -> float:

@@ -1,6 +1,6 @@
 """The main function of a remote process: take the host's main script, then be a process of
 the run as on one host (``_processes._child.main``), over the TCP connections the agent
-handed it."""
+handed it (under the virtual timer with the lockstep's own, as on one host)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .._processes._server import Streams
 from ._launch import Launch, prepare_here
 
 
-def main(launch: Launch, control: Connection, events: Connection) -> None:
+def main(launch: Launch, control: Connection, events: Connection, tags: Connection | None = None) -> None:
     """Rebuild the group from ``launch`` and obey the host; a setup that cannot be unpickled
     here is the first reply's error, as a node that cannot be rebuilt is (hosts.rebuilt)."""
     try:
@@ -39,4 +39,4 @@ def main(launch: Launch, control: Connection, events: Connection) -> None:
             plane.attach(member, control)
 
     setup = dataclasses.replace(setup, attach=attach)
-    child_main(setup, control, events, {}, [], environ=dict(os.environ), streams=Streams())
+    child_main(setup, control, events, {}, [], environ=dict(os.environ), streams=Streams(), tags=tags)

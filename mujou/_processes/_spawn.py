@@ -6,11 +6,12 @@ its ends of the wake pipes: one pipe for each pair of processes where one sends 
 (proc.wake). The host keeps the control and events connections of each (``Group``).
 
 The processes start from Mujou's own fork server where there is one (``_server``), else with
-``spawn``.
+``spawn``; a run whose groups are all on other hosts (``mujou._hosts``) starts none here.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -45,7 +46,9 @@ def spawn(
     """Start each group's process. Each group's first reply (its nodes rebuilt, or why not)
     is still to come: ``Group.built``."""
     check_classes(placement.groups)  # before the fork server starts
-    context = start_context()
+    # Groups on other hosts start from their agents': no server here when every group is remote.
+    local = any(name not in placement.hosts for name in placement.groups)
+    context = start_context() if local else multiprocessing.get_context("spawn")
     names = [HOST, *placement.groups]
     readers_of = {
         name: {p for readers in placement.outgoing[name].values() for p in readers} for name in names
@@ -88,8 +91,8 @@ def spawn(
             remote = placement.hosts.get(name)
             tags: Connection | None = None
             if remote is not None:  # started by the agent of another host (mujou._hosts)
-                process, control, events = remote.launch(name, setup)
-                ours = [control, events]
+                process, control, events, tags = remote.launch(name, setup)
+                ours = [end for end in (control, events, tags) if end is not None]
             else:
                 control, control_child = context.Pipe()
                 events, events_child = context.Pipe(duplex=False)

@@ -1,0 +1,164 @@
+"""Unit tests of the data plane between hosts (mujou._hosts._plane, _plane_wire): a message's
+bytes, its signature checked before anything is unpickled, and the latest-value sending of one
+channel, without Gloo (a fake group whose sends complete when the test says)."""
+
+from __future__ import annotations
+
+import threading
+from collections import namedtuple
+from typing import Any
+
+import pytest
+import torch
+from _support import HANG_GUARD, wait_until
+
+from mujou._hosts import _plane_wire as wire
+from mujou._hosts._plane import Channel, _Outbox
+from mujou._processes._wire import Crossing, joined
+
+KEY = b"k" * 32
+Pair = namedtuple("Pair", ["a", "b"])
+
+
+def crossing_of(message: Any, stamp: float = 1.5, number: int = 7) -> Crossing:
+    """``message`` as the process layer's ``split`` gives it to a channel."""
+    if isinstance(message, torch.Tensor):
+        return "out", [message], None, stamp, number
+    a, b = message.a, message.b
+    return "out", [a], ((Pair(0, b), (0,))), stamp, number
+
+
+def received(payload: torch.Tensor, room: int) -> torch.Tensor:
+    """``payload`` as a receive of ``room`` bytes gets it (what follows it is not its own)."""
+    buffer = torch.full((max(room, payload.numel()),), 0xAB, dtype=torch.uint8)
+    buffer[: payload.numel()] = payload
+    return buffer
+
+
+@pytest.mark.rule("hosts.data-plane")
+def test_a_message_crosses_whole_with_its_stamp_number_and_nest() -> None:
+    sign = wire.signer(KEY)
+    cases: list[Any] = [
+        torch.arange(32, dtype=torch.float64).reshape(4, 8),
+        torch.tensor(True),
+        torch.zeros(0, 3, dtype=torch.int16),
+        torch.randn(5, dtype=torch.complex64).conj(),
+        torch.arange(12, dtype=torch.int32).reshape(3, 4).t(),  # not contiguous
+        Pair(torch.arange(3, dtype=torch.uint8), "text"),
+    ]
+    for message in cases:
+        outgoing = wire.Outgoing(crossing_of(message))
+        payload = outgoing.encode(sign, wire.ROOM)
+        assert payload.numel() == outgoing.size
+        header = wire.Incoming("out", received(payload, wire.ROOM), sign)
+        assert (header.kind, header.room, header.stamp, header.number) == (wire.MESSAGE, wire.ROOM, 1.5, 7)
+        _, tensors, rest, _, _ = header.crossing("out", received(payload, wire.ROOM))
+        back, _ = joined(tensors, rest)
+        if isinstance(message, torch.Tensor):
+            assert back.dtype == message.dtype and torch.equal(back, message.resolve_conj())
+        else:
+            assert type(back) is Pair and back.b == "text" and torch.equal(back.a, message.a)
+    grow = wire.Incoming("out", wire.control(wire.GROW, sign, 1 << 20), sign)
+    assert (grow.kind, grow.room) == (wire.GROW, 1 << 20)
+    assert wire.next_room(100, wire.ROOM) == wire.ROOM
+    assert wire.next_room(70_000, 70_000) == 70_000 and wire.next_room(20_000, 70_000) == 70_000
+    assert wire.next_room(10_000, 70_000) == 10_000 and wire.next_room(100, 70_000) == wire.ROOM
+
+
+@pytest.mark.rule("hosts.data-plane")
+def test_bytes_not_signed_by_the_run_are_refused_before_anything_is_unpickled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    payload = wire.Outgoing(crossing_of(Pair(torch.ones(2), "x"))).encode(wire.signer(KEY), wire.ROOM)
+    unpickled: list[bytes] = []
+    monkeypatch.setattr("mujou._hosts._plane_wire.pickle.loads", unpickled.append)
+    with pytest.raises(ValueError, match=r"^a message on 'out' is not signed with the run's key"):
+        wire.Incoming("out", payload, wire.signer(b"s" * 32))  # another run's key
+    tampered = payload.clone()
+    tampered[40] ^= 1  # a byte of the header
+    with pytest.raises(ValueError, match=r"is not signed with the run's key"):
+        wire.Incoming("out", tampered, wire.signer(KEY))
+    with pytest.raises(ValueError, match=r"is shorter than its header"):
+        wire.Incoming("out", payload[:20], wire.signer(KEY))
+    assert unpickled == []
+    header = wire.Incoming("out", payload, wire.signer(KEY))
+    assert len(unpickled) == 1  # the structure, once signed
+    with pytest.raises(ValueError, match=r"is shorter than its tensors"):
+        header.tensors("out", payload[: payload.numel() - 16])
+
+
+class Work:
+    """A fake Gloo send: it completes when the test says."""
+
+    def __init__(self, payload: torch.Tensor) -> None:
+        self.header = wire.Incoming("out", payload, wire.signer(KEY))
+        self.done = threading.Event()
+
+    def wait(self) -> None:
+        assert self.done.wait(HANG_GUARD), "a send the test never completed"
+
+
+class Group:
+    """A fake Gloo group: each send is recorded, and completes when ``complete`` says."""
+
+    def __init__(self) -> None:
+        self.sends: list[Work] = []
+        self.changed = threading.Condition()
+
+    def send(self, tensors: list[torch.Tensor], rank: int, tag: int) -> Work:
+        assert (rank, tag) == (1, 3)
+        work = Work(tensors[0])
+        with self.changed:
+            self.sends.append(work)
+            self.changed.notify_all()
+        return work
+
+    def wait_sends(self, count: int) -> list[Work]:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.sends) >= count, HANG_GUARD), self.sends
+            return list(self.sends)
+
+
+def idle(outbox: _Outbox) -> bool:
+    """Whether the channel has no send in flight (the next goes out from the sending thread)."""
+    with outbox._condition:
+        return not outbox._work and not outbox._sending
+
+
+@pytest.mark.rule("hosts.data-plane")
+def test_a_channel_sends_at_once_when_idle_and_only_the_latest_while_a_send_is_in_flight() -> None:
+    outbox = _Outbox(Channel("out", writer=0, reader=1, tag=3), KEY)
+    group = Group()
+    sender = threading.Thread(target=outbox.run, daemon=True)
+    sender.start()
+    outbox.put(crossing_of(torch.zeros(2), number=1))  # not connected yet: it waits in the mailbox
+    outbox.connected(group)
+    (first,) = group.wait_sends(1)
+    assert first.header.number == 1
+    # The reader does not take it: the node's later sends never wait, and replace each other.
+    for number in range(2, 50):
+        outbox.put(crossing_of(torch.zeros(2), number=number))
+    assert len(group.sends) == 1
+    first.done.set()  # the reader took it: the newest goes, and only it
+    _, second = group.wait_sends(2)
+    assert second.header.number == 49
+    second.done.set()
+    # Idle again: a send goes out from the sending thread itself, before put returns.
+    wait_until(lambda: idle(outbox), "the sender thread to see the send complete")
+    outbox.put(crossing_of(torch.zeros(2), number=50))
+    assert len(group.sends) == 3 and group.sends[2].header.number == 50
+    # A larger message first announces the room it needs.
+    group.sends[2].done.set()
+    wait_until(lambda: idle(outbox), "the sender thread to see the send complete")
+    outbox.put(crossing_of(torch.zeros(4096), number=51))
+    grow, big = group.sends[3:5]
+    assert grow.header.kind == wire.GROW and grow.header.room >= 4096 * 4
+    assert big.header.kind == wire.MESSAGE and big.header.number == 51
+    grow.done.set()
+    big.done.set()
+    outbox.close()  # the end: the reader is told
+    bye = group.wait_sends(6)[5]
+    assert bye.header.kind == wire.BYE
+    bye.done.set()
+    sender.join(HANG_GUARD)
+    assert not sender.is_alive()
