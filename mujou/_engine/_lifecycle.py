@@ -58,7 +58,7 @@ from ._threads import CpuClocks, Lent, Parking, dedicated_main, guarded, worker_
 if TYPE_CHECKING:
     from .._messages import Nest
     from .._node import Node
-    from .._port import Staged, _Port
+    from .._port import PortNode, Staged, _Port
 
 # Real seconds the host's waits sleep at most before they look again: under the real-time
 # timer a wake-up costs about 1 ms of CPU a second at 0.1 s, a tenth of an idle node's; under
@@ -163,7 +163,7 @@ class Engine(Instants):
                 if slot.core.engine is self:
                     slot.core.engine = None
 
-    def has_node(self, node: Node) -> bool:
+    def has_node(self, node: PortNode) -> bool:
         """Whether ``node`` is one of this run's."""
         return id(node) in self._members
 
