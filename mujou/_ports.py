@@ -275,7 +275,8 @@ class Input(_Port, Generic[M]):
             port._raise_changed()
         if core.cpu and message.is_cpu:  # the common case, in short
             core.reads.append((self, message, version))
-            return cast("M", message)
+            shared: M = message  # typed by assignment: cast() would be a call on the hot path
+            return shared
         if message.device == core.device:
             if core.streams is not None and core.streams.stream is not None:
                 # The reader's kernels use the sender's memory: keep it from being reused

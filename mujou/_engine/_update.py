@@ -95,15 +95,17 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     Called by the thread holding the node, without the lock: that thread alone touches these.
     """
     period = slot.period
-    lateness = start - slot.due
-    periodic = slot.slot * period  # the due time of its next periodic update
-    if slot.due < periodic and start < periodic:
+    was = slot.due
+    lateness = start - was
+    number = slot.slot
+    periodic = number * period  # the due time of its next periodic update
+    if was < periodic and start < periodic:
         due = periodic  # a triggered update, ahead of the periodic one: that one stays due
     else:
-        following = slot.slot + 1
+        following = number + 1
         due = following * period  # due_time(following, period), inlined
         if due < start:  # more than a period late: skip (sched.skip)
-            following, skipped = next_slot(slot.slot, period, start)
+            following, skipped = next_slot(number, period, start)
             slot.skipped += skipped
             due = following * period
         slot.slot = following
