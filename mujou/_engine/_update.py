@@ -42,27 +42,27 @@ loop. Each step, and what it costs now:
 - whether torch's profiler runs (observe.profiler-ranges): one dictionary look-up (0.03 us);
 - the hook itself, bound once per run (``Slot.update_hook``) instead of once per update.
 
-The path from a send to the start of the update it triggers (bench's trigger-latency: a
-1 ms sender, a node triggered by it, one worker), measured in place with ``perf_counter``
+The path from a send to the start of the update it triggers (bench's trigger-latency: a 1
+ms sender, a node triggered by it, one worker), measured in place with ``perf_counter``
 stamps around the send and at the triggered hook's start, medians of about 1,600 sends a
 run, interleaved with the code before (2-core machine shared with other work, load 6-12;
-the plain pool's whole send-to-start was 6.8-6.9 us in such runs). Before: the send with its
-arrival 12-13 us (the send alone, without a node to wake, 4-5 us in place and 1.3 us warm
-in a loop), then 3.8-4.0 us to the triggered hook; 15.8-17.4 us in all. Where the arrival's
-time went (stamps at each step, before; each figure holds a stamp's 0.4 us): taking the
-lock 1.4 us, the clock and noting the arrival (``arrive``) 2.5 us, ``Policy.arrival`` with
-``arrivals_due`` and the hand-off (NOTE [ handing off ] in ``_policy``) 4.2 us, leaving the
-lock 2.3 us; after the send,
-the sender's update ends (busy time, checks) in 1 us, the triggered node's ``begin_update``
-takes 2.2 us and its hook's call 1.1 us. Now ``Slot.sent`` is a positional ``partial`` of
-``Engine.sent`` (a keyword one built a dict per send), which notes the arrivals itself, and
-the policy's decision reads each field once: the send with its arrival 9.2-11.1 us, 12.8-15.0
-us in all (about 2 us less). What is left is the Python of each step run cold, after the
-worker slept a millisecond (in place every step costs 3-4 times what it costs in a warm
-loop): about 45 lines from the send to the hand-off, 60 more to the triggered hook. A path
-that takes no lock and decides nothing per send would remove most of it: the sending worker
-claiming a triggered node that only its own updates wake (a plan of the run, made at its
-start), so that the node's due time and holder need no policy; not done (see issue 24).
+the plain pool's whole send-to-start was 6.8-6.9 us in such runs). Before: the send with
+its arrival 12-13 us (the send alone, without a node to wake, 4-5 us in place and 1.3 us
+warm in a loop), then 3.8-4.0 us to the triggered hook; 15.8-17.4 us in all. Where the
+arrival's time went (stamps at each step, before; each figure holds a stamp's 0.4 us):
+taking the lock 1.4 us, the clock and noting the arrival (``arrive``) 2.5 us,
+``Policy.arrival`` with ``arrivals_due`` and the hand-off (NOTE [ handing off ] in
+``_policy``) 4.2 us, leaving the lock 2.3 us; after the send, the sender's update ends
+(busy time, checks) in 1 us, the triggered node's ``begin_update`` takes 2.2 us and its
+hook's call 1.1 us. Now ``Slot.sent`` is a positional ``partial`` of ``Engine.sent`` (a
+keyword one built a dict per send), which notes the arrivals itself, and the policy's
+decision reads each field once: the send with its arrival 9.2-11.1 us, 12.8-15.0 us in all
+(about 2 us less). What is left is the Python of each step run cold, after the worker slept
+a millisecond (in place every step costs 3-4 times what it costs in a warm loop): about 45
+lines from the send to the hand-off, 60 more to the triggered hook. A path that takes no
+lock and decides nothing per send would remove most of it: the sending worker claiming a
+triggered node that only its own updates wake (a plan of the run, made at its start), so
+that the node's due time and holder need no policy; not done (see issue 24).
 
 ``python bench/run.py --quick --only trigger-latency,echo-triggered,chain-10,dispatch,
 dispatch-virtual,fleet-1000`` at 36f4d1b (load 6.4, the other helpers' runs using 1.6-1.8 of
