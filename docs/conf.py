@@ -86,6 +86,7 @@ nitpick_ignore_regex = [
     ("py:.*", r"torch(\.\w+)+"),
     ("py:class", r"(mujou\._containers\.)?M"),  # the member type of NodeList and NodeDict
     ("py:class", r"mujou\._port\.M"),  # the type of a port's messages: a TypeVar, not a class
+    ("py:class", r"mujou\._port\.PortNode"),  # port.node: a Node, typed by what a port sees of it
 ]
 
 html_theme = "alabaster"

@@ -14,8 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ._node import Node
-from ._port import _Port
+from ._port import PortNode, _Port
 from ._stats import RunStats
 
 
@@ -36,9 +35,9 @@ class RunProcesses(Protocol):
         """Each process's workers, by name."""
         ...
 
-    def has_node(self, node: Node) -> bool: ...
+    def has_node(self, node: PortNode) -> bool: ...
 
-    def group_of(self, node: Node) -> ProcessGroup | None:
+    def group_of(self, node: PortNode) -> ProcessGroup | None:
         """The process of ``node``; None for the host's."""
         ...
 

@@ -143,7 +143,7 @@ class Branch:
         See :ref:`net.print`; ``repr()`` stays one short line.
         """
         try:
-            return branch_text(self)
+            return branch_text(self, Node)
         except Exception:  # printing must not fail, even while another thread changes the net
             return repr(self)
 

@@ -9,36 +9,67 @@ and its connections.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol, cast
 
-from ._node import Node, is_initialized
 from ._ports import Input, Output
 from ._specs import SpecTree, TensorSpec, describe
 
 if TYPE_CHECKING:
+    import torch
+
     from ._port import _Port
+    from ._trigger import Trigger
 
 INDENT = "  "
+
+
+class PrintedCore(Protocol):
+    """What printing reads of a node's bookkeeping (``_node.NodeCore``): when and where it
+    updates, and its ports."""
+
+    @property
+    def period(self) -> float: ...
+    @property
+    def trigger(self) -> Trigger | None: ...
+    @property
+    def min_interval(self) -> float: ...
+    @property
+    def delay(self) -> float: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def dedicated(self) -> bool: ...
+    @property
+    def ports(self) -> Mapping[str, _Port]: ...
+
+
+class Printed(Protocol):
+    """What printing reads of a node (``_node.Node``, which this module is below): its
+    bookkeeping, which a node whose ``__init__`` did not call ``super().__init__()`` lacks."""
+
+    @property
+    def _mujou(self) -> PrintedCore: ...
 
 
 class Branch(Protocol):
     """What printing reads of a net or node container (``_net.Branch``): its members."""
 
-    def _members(self) -> Iterator[tuple[str, Node | Branch]]: ...
+    def _members(self) -> Iterator[tuple[str, Printed | Branch]]: ...
 
 
-def branch_text(branch: Branch) -> str:
-    """The tree of ``branch``: ``Name(`` then each member, indented, then ``)``."""
-    return "\n".join(_branch_lines(type(branch).__name__, branch, ""))
+def branch_text(branch: Branch, node_class: type[Printed]) -> str:
+    """The tree of ``branch``: ``Name(`` then each member, indented, then ``)``; its members
+    that are instances of ``node_class`` (``Node``) are its nodes, the others branches."""
+    return "\n".join(_branch_lines(type(branch).__name__, branch, node_class, ""))
 
 
-def node_text(node: Node) -> str:
+def node_text(node: Printed) -> str:
     """One node: its heading line, then a line for each port."""
     return "\n".join(_node_lines(node, ""))
 
 
-def _branch_lines(heading: str, branch: Branch, indent: str) -> list[str]:
+def _branch_lines(heading: str, branch: Branch, node_class: type[Printed], indent: str) -> list[str]:
     members = list(branch._members())
     if not members:
         return [f"{indent}{heading}()"]
@@ -46,19 +77,20 @@ def _branch_lines(heading: str, branch: Branch, indent: str) -> list[str]:
     inner = indent + INDENT
     for key, member in members:
         label = f"({key}): "
-        if isinstance(member, Node):
+        if isinstance(member, node_class):
             node_lines = _node_lines(member, inner)
             node_lines[0] = f"{inner}{label}{node_lines[0].lstrip()}"
             lines += node_lines
-        else:
-            lines += _branch_lines(f"{label}{type(member).__name__}", member, inner)
+        else:  # not a node, so a branch: a branch's members are nodes and branches (_net)
+            sub = cast("Branch", member)
+            lines += _branch_lines(f"{label}{type(member).__name__}", sub, node_class, inner)
     lines.append(f"{indent})")
     return lines
 
 
-def _node_lines(node: Node, indent: str) -> list[str]:
+def _node_lines(node: Printed, indent: str) -> list[str]:
     cls = type(node).__name__
-    if not is_initialized(node):
+    if "_mujou" not in vars(node):  # _node.is_initialized
         return [f"{indent}{cls}(not initialized: no super().__init__())"]
     lines = [f"{indent}{cls}({', '.join(_settings(node))})"]
     for attr, port in node._mujou.ports.items():
@@ -66,7 +98,7 @@ def _node_lines(node: Node, indent: str) -> list[str]:
     return lines
 
 
-def _settings(node: Node) -> list[str]:
+def _settings(node: Printed) -> list[str]:
     """When and where the node updates: period and rate, or trigger; device; thread."""
     core = node._mujou
     parts: list[str] = []

@@ -17,9 +17,10 @@ import torch
 from ._devices import parse_device
 from ._errors import HookNameWarning
 from ._messages import with_article
+from ._net_text import node_text
 from ._node_args import DEFAULT_PERIOD, check_period, check_seed, check_trigger_timing, period_from_rate
 from ._plain import is_plain
-from ._port import Staged, _Port
+from ._port import PortNode, Staged, _Port
 from ._ports import Input
 from ._state import copy_to, cpu_copy, is_stateful, load_errors_message
 from ._trigger import Trigger, check_trigger
@@ -108,7 +109,7 @@ class NodeCore:
         self.ports: dict[str, _Port] = {}
         self.hook_thread = 0  # the thread running a hook of this node now, else 0
         self.hooks: WarningQueue | None = None  # the hook caller of the node's latest run
-        self.reads: list[tuple[Input[Any], torch.Tensor, int]] = []  # this hook's reads, checked after it
+        self.reads: list[tuple[_Port, torch.Tensor, int]] = []  # this hook's reads, checked after it
         # Where sends go: the engine's list of messages visible at the batch's end under the
         # virtual timer (visibility.virtual), else None (published at once). Set per run.
         self.staged: list[Staged] | None = None
@@ -349,8 +350,6 @@ class Node:
 
     def __str__(self) -> str:
         """The node's line in a printed net, then its ports: see :ref:`net.print`."""
-        from ._net_text import node_text  # imports this module
-
         try:
             return node_text(self)
         except Exception:  # printing must not fail, even while another thread changes the net
@@ -374,7 +373,7 @@ class Node:
             return f"<{cls}>"
 
 
-def _core(node: Node) -> NodeCore:
+def _core(node: PortNode) -> NodeCore:
     """The node's bookkeeping, or a clear error when ``super().__init__()`` was not called."""
     try:
         return node.__dict__["_mujou"]  # type: ignore[no-any-return]  # vars() is dict[str, Any]

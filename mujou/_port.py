@@ -16,7 +16,8 @@ from ._messages import Nest
 from ._specs import Declared, declare
 
 if TYPE_CHECKING:
-    from ._node import Node, NodeCore
+    from ._cuda import NodeStreams
+    from ._trigger import Trigger
 
 M = TypeVar("M", default=torch.Tensor)  # the type of a port's messages, for type checkers
 Watcher = Callable[[Any], None]
@@ -31,6 +32,95 @@ Staged = tuple["_Port", Any, int, Nest | None, float]
 # Guards replacing a port's watchers (subscribe, wait_for and their ends, from any host
 # thread): adding and removing are rare, so one lock serves every port.
 _WATCHERS_LOCK = threading.Lock()
+
+
+class PortNode(Protocol):
+    """The node a port belongs to, as its port sees it: the public properties of a
+    :class:`~mujou.Node` (``port.node`` is the node itself; this module sits below ``Node``)."""
+
+    @property
+    def name(self) -> str:
+        """The node's dotted path in the outermost net that holds it, or "" outside any net."""
+        ...
+
+    @property
+    def period(self) -> float | None:
+        """Seconds of the run's timer between two updates, or None (triggered only)."""
+        ...
+
+    @property
+    def trigger(self) -> Trigger | None:
+        """What updates the node on its inputs, or None."""
+        ...
+
+    @property
+    def min_interval(self) -> float:
+        """Timer seconds that at least separate a triggered update from the previous one."""
+        ...
+
+    @property
+    def delay(self) -> float:
+        """Timer seconds from a triggering arrival to the update's due time."""
+        ...
+
+    @property
+    def seed(self) -> int:
+        """The seed the node's generator was last seeded with."""
+        ...
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The node's own random generator."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """Where the node computes; received messages arrive there."""
+        ...
+
+    @property
+    def dedicated_thread(self) -> bool:
+        """Whether the node runs on a thread of its own instead of the run's workers."""
+        ...
+
+
+class PortCore(Protocol):
+    """What a port reads of its node's bookkeeping (``_node.NodeCore``), in the hot paths."""
+
+    @property
+    def hook_thread(self) -> int:
+        """The thread running a hook of the node now, else 0."""
+        ...
+
+    @property
+    def staged(self) -> list[Staged] | None:
+        """Where sends go under the virtual timer (visible at the batch's end), else None."""
+        ...
+
+    @property
+    def reads(self) -> list[tuple[_Port, torch.Tensor, int]]:
+        """The messages the running hook read, with their versions: checked after it."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """The node's device."""
+        ...
+
+    @property
+    def cpu(self) -> bool:
+        """Whether the node's device is the CPU."""
+        ...
+
+    @property
+    def streams(self) -> NodeStreams | None:
+        """The node's CUDA streams in the run, when it touches CUDA."""
+        ...
+
+    @property
+    def ports(self) -> dict[str, _Port]:
+        """The node's ports by attribute name."""
+        ...
 
 
 class RunSlot(Protocol):
@@ -65,8 +155,8 @@ class _Port:
 
     def __init__(self, dtype: object = None, shape: object = None, spec: object = None) -> None:
         self._attr = ""
-        self._node: Node | None = None
-        self._core: NodeCore | None = None  # the node's, for the hot paths
+        self._node: PortNode | None = None
+        self._core: PortCore | None = None  # the node's, for the hot paths
         self._latest: Latest | None = None  # replaced whole by each publish, read once
         # Replaced (under _WATCHERS_LOCK), never mutated, so a sender iterates it without a lock.
         self._watchers: tuple[Watcher, ...] = ()
@@ -85,7 +175,7 @@ class _Port:
             "ports are declared once on the class"
         )
 
-    def _bound_copy(self, node: Node, core: NodeCore) -> _Port:
+    def _bound_copy(self, node: PortNode, core: PortCore) -> _Port:
         port = type(self).__new__(type(self))
         _Port.__init__(port)
         port._attr = self._attr
@@ -98,20 +188,24 @@ class _Port:
         """A run of the node starts, in which ``slot`` is its place (see the subclasses)."""
 
     @property
-    def node(self) -> Node:
-        """The node this port belongs to."""
+    def node(self) -> PortNode:
+        """The node this port belongs to (a :class:`Node`)."""
         if self._node is None:
-            kind = type(self).__name__
-            if not self._attr:  # made outside a class body: assigned on an instance, in a hook
-                raise TypeError(
-                    f"this {kind} belongs to no node: it was made outside a class body (such as "
-                    f"self.y = {kind}() in a hook); ports are declared on the class: write "
-                    f"y = {kind}() in the class body"
-                )
-            raise TypeError(
-                f"{kind} {self._attr!r} is the class attribute; use the port of a node instance (node.port)"
-            )
+            raise self._no_node()
         return self._node
+
+    def _no_node(self) -> TypeError:
+        """The error for a port that belongs to no node: the class's, or one made in a hook."""
+        kind = type(self).__name__
+        if not self._attr:  # made outside a class body: assigned on an instance, in a hook
+            return TypeError(
+                f"this {kind} belongs to no node: it was made outside a class body (such as "
+                f"self.y = {kind}() in a hook); ports are declared on the class: write "
+                f"y = {kind}() in the class body"
+            )
+        return TypeError(
+            f"{kind} {self._attr!r} is the class attribute; use the port of a node instance (node.port)"
+        )
 
     @property
     def name(self) -> str:
@@ -165,21 +259,31 @@ class _Port:
             # ==, not is: a bound method is a new object each time it is read.
             self._watchers = tuple(w for w in self._watchers if w != watcher)
 
-    def _check_hook_thread(self, verb: str) -> Node:
-        node = self.node
-        if node._mujou.hook_thread != threading.get_ident():
+    def _check_hook_thread(self, verb: str) -> PortCore:
+        """The node's bookkeeping, when the calling thread runs a hook of the node; else an error."""
+        core = self._core
+        if self._node is None or core is None:
+            raise self._no_node()
+        if core.hook_thread != threading.get_ident():
             raise RuntimeError(
                 f"port {self.name!r}: {verb} was called outside the hooks of node "
-                f"{node.name!r}; a port is used only from its node's hooks, and the host "
+                f"{self._node.name!r}; a port is used only from its node's hooks, and the host "
                 "uses run.read() and run.write()"
             )
-        return node
+        return core
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
-def forget_messages(nodes: Iterable[Node]) -> None:
+class HasPorts(Protocol):
+    """A node as ``forget_messages`` reads it (``_node.Node``): its bookkeeping."""
+
+    @property
+    def _mujou(self) -> PortCore: ...
+
+
+def forget_messages(nodes: Iterable[HasPorts]) -> None:
     """Empty every port of ``nodes``: a run starts with no message, whatever an earlier run of
     the net left on its ports (run.again). Called once the run holds the nodes, before any hook."""
     for node in nodes:

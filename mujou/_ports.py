@@ -18,14 +18,12 @@ import torch
 
 from ._cuda import host_to_node
 from ._messages import KINDS, Nest, flatten, map_tensors, rebuild
-from ._port import M, RunSlot, _Port
+from ._port import M, PortCore, PortNode, RunSlot, _Port
 from ._routing import Route
 from ._specs import Declared, clash
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    from ._node import Node, NodeCore
 
 _get_ident = threading.get_ident
 _Tensor = torch.Tensor
@@ -65,7 +63,7 @@ class Output(_Port, Generic[M]):
         # The declarations a message is checked against: the port's own, then its readers'.
         self._checks: tuple[tuple[Declared, _Port], ...] = ()
 
-    def _bound_copy(self, node: Node, core: NodeCore) -> Output[M]:
+    def _bound_copy(self, node: PortNode, core: PortCore) -> Output[M]:
         port = super()._bound_copy(node, core)
         assert isinstance(port, Output)
         port._readers = []
@@ -94,7 +92,7 @@ class Output(_Port, Generic[M]):
         """
         core = self._core
         if core is None or core.hook_thread != _get_ident():
-            core = self._check_hook_thread("send()")._mujou
+            core = self._check_hook_thread("send()")
         if value.__class__ is not _Tensor and not isinstance(value, _Tensor):
             self._send_nest(value, copy, core)
             return
@@ -120,7 +118,7 @@ class Output(_Port, Generic[M]):
         else:  # virtual timer: visible once the batch ends (visibility.virtual)
             core.staged.append((self, message, message._version, None, stamp))
 
-    def _snapshot_off_cpu(self, tensor: torch.Tensor, copy: bool, core: NodeCore) -> torch.Tensor:
+    def _snapshot_off_cpu(self, tensor: torch.Tensor, copy: bool, core: PortCore) -> torch.Tensor:
         """The message of a tensor that is not on the CPU (detached): see the CUDA rules."""
         if self._route is _DEVICE and tensor.device == core.device:
             # cuda.send-stays-on-device: copied on the node's stream, which is waited for
@@ -141,7 +139,7 @@ class Output(_Port, Generic[M]):
             return tensor.to("cpu", copy=True)  # cuda.host-memory-route
         return tensor.clone() if copy else tensor
 
-    def _send_nest(self, value: object, copy: object, core: NodeCore) -> None:
+    def _send_nest(self, value: object, copy: object, core: PortCore) -> None:
         """send() of anything but a tensor: a nest, snapshotted leaf by leaf (ports.message)."""
         try:
             leaves, spec = flatten(value)
@@ -227,7 +225,7 @@ class Input(_Port, Generic[M]):
         self._base = 0
         self._coalesced = 0
 
-    def _bound_copy(self, node: Node, core: NodeCore) -> Input[M]:
+    def _bound_copy(self, node: PortNode, core: PortCore) -> Input[M]:
         port = super()._bound_copy(node, core)
         assert isinstance(port, Input)
         port._optional = self._optional
@@ -265,7 +263,7 @@ class Input(_Port, Generic[M]):
         """
         core = self._core
         if core is None or core.hook_thread != _get_ident():
-            core = self._check_hook_thread("read()")._mujou
+            core = self._check_hook_thread("read()")
         port = self if self._source is None else self._source
         latest = port._latest
         if latest is None:
@@ -277,7 +275,8 @@ class Input(_Port, Generic[M]):
             port._raise_changed()
         if core.cpu and message.is_cpu:  # the common case, in short
             core.reads.append((self, message, version))
-            return cast("M", message)
+            shared: M = message  # typed by assignment: cast() would be a call on the hot path
+            return shared
         if message.device == core.device:
             if core.streams is not None and core.streams.stream is not None:
                 # The reader's kernels use the sender's memory: keep it from being reused
@@ -287,7 +286,7 @@ class Input(_Port, Generic[M]):
             return cast("M", message)
         return cast("M", _move(message, core))
 
-    def _read_nest(self, core: NodeCore, port: _Port, message: Any, nest: Nest) -> Any:
+    def _read_nest(self, core: PortCore, port: _Port, message: Any, nest: Nest) -> Any:
         """read() of a nest: checked, and its tensors moved to this node's device one by one."""
         if not nest.unchanged(message):
             port._raise_changed()
@@ -378,7 +377,7 @@ class Input(_Port, Generic[M]):
             self._publish(message, version, nest, stamp)
 
 
-def _move(tensor: torch.Tensor, core: NodeCore) -> torch.Tensor:
+def _move(tensor: torch.Tensor, core: PortCore) -> torch.Tensor:
     """A message's tensor copied to the reading node's device (cuda.copy-stream, cuda.device-to-device)."""
     if tensor.is_cuda and core.streams is not None:
         return core.streams.copy_in(tensor)

@@ -74,3 +74,15 @@ def host(run: mujou.Run, node: Typed) -> None:
         assert_type(boxes.get(), Boxes)
     run.write(node.optional, Boxes(torch.zeros(1, 4), 2))
     run.write(node.optional, torch.zeros(1))  # type: ignore[misc]  # not a Boxes: no M fits both
+
+
+def owner(node: Typed) -> None:
+    """``port.node`` shows a node's public properties, and narrows to the node's class."""
+    assert_type(node.pose.node.name, str)
+    assert_type(node.x.node.device, torch.device)
+    assert_type(node.x.node.period, float | None)
+    assert_type(node.x.node.generator, torch.Generator)
+    assert_type(node.x.node.trigger, mujou.Trigger | None)
+    found = node.pose.node
+    if isinstance(found, Typed):
+        assert_type(found.pose, Output[Pose])

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from .._port import _Port
     from ._slot import Slot
 
+_INF = math.inf
+
 
 class Policy(Protocol):
     """What an arrival tells: the scheduling policy (``_policy.Policy``)."""
@@ -57,7 +59,8 @@ def arrive(policy: Policy, slot: Slot, now: float, by: Slot | None = None) -> No
     """
     times, numbers = slot.arrival_times, slot.arrival_numbers
     for i, port in enumerate(slot.trigger_inputs):
-        latest = (port if port._source is None else port._source)._latest
+        source = port._source
+        latest = (port if source is None else source)._latest
         if latest is None:
             continue
         number, seen = latest[4], port._seen
@@ -81,17 +84,18 @@ def arrivals_due(slot: Slot) -> float:
     """
     last = slot.last
     times, numbers = slot.arrival_times, slot.arrival_numbers
-    first = math.inf
-    latest = -math.inf
+    first = _INF
+    latest = -_INF
     every = True
     for i, port in enumerate(slot.trigger_inputs):
-        message = (port if port._source is None else port._source)._latest
+        source = port._source
+        message = (port if source is None else source)._latest
         seen = port._seen
         if message is None or message[4] == seen:
             every = False
             continue
         s = times[i] if numbers[i] > seen else last
-        if s == -math.inf:
+        if s == -_INF:
             continue
         if s < last:
             s = last
@@ -99,15 +103,14 @@ def arrivals_due(slot: Slot) -> float:
             first = s
         if s > latest:
             latest = s
-    if first == math.inf:
-        return math.inf  # nothing fresh (the node's update began meanwhile and read it)
+    if first == _INF:
+        return _INF  # nothing fresh (the node's update began meanwhile and read it)
     at = first
     if slot.trigger_all:  # the last of all, or the first plus the timeout (inf: none)
         at = latest if every else first + slot.timeout
     due = at + slot.delay
-    if slot.last + slot.min_interval > due:  # last: the run's start before a first update
-        due = slot.last + slot.min_interval
-    return due
+    earliest = last + slot.min_interval  # last: the run's start before a first update
+    return earliest if earliest > due else due
 
 
 MAX_FLOWS_IN = 256

@@ -43,7 +43,7 @@ from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
 from .._trace import Recorder
 from .._tree import check_tree
-from ._arrivals import arrived, note_flows, wire
+from ._arrivals import arrive, arrived, note_flows, wire
 from ._clock import make_clock
 from ._collect import state_tree
 from ._exit import live
@@ -58,7 +58,7 @@ from ._threads import CpuClocks, Lent, Parking, dedicated_main, guarded, worker_
 if TYPE_CHECKING:
     from .._messages import Nest
     from .._node import Node
-    from .._port import Staged, _Port
+    from .._port import PortNode, Staged, _Port
 
 # Real seconds the host's waits sleep at most before they look again: under the real-time
 # timer a wake-up costs about 1 ms of CPU a second at 0.1 s, a tenth of an idle node's; under
@@ -82,7 +82,7 @@ class Engine(Instants):
         self.virtual = self.clock.virtual
         self.slots = [Slot(node, node._mujou, i) for i, node in enumerate(nodes)]
         for slot in self.slots:
-            slot.sent = partial(self.arrived, by=slot)
+            slot.sent = partial(self.sent, slot)  # positional: no keyword dict per send
         self._members = {id(node) for node in nodes}
         self.policy = Policy(
             self.slots, workers, virtual=self.virtual, scale=self.clock.scale, gil=gil_enabled()
@@ -163,7 +163,7 @@ class Engine(Instants):
                 if slot.core.engine is self:
                     slot.core.engine = None
 
-    def has_node(self, node: Node) -> bool:
+    def has_node(self, node: PortNode) -> bool:
         """Whether ``node`` is one of this run's."""
         return id(node) in self._members
 
@@ -319,14 +319,27 @@ class Engine(Instants):
             waker()
         self._unclaim()
 
-    def arrived(self, port: _Port, by: Slot | None = None) -> None:
-        """A message was made visible on ``port``, which wakes triggered nodes: a send of
-        ``by``'s update under the real-time timer, as it returns, or a host write (None)
-        (trigger.real-time, trigger.host)."""
+    def arrived(self, port: _Port) -> None:
+        """A host write made a message visible on ``port``, which wakes triggered nodes
+        (trigger.host)."""
         with self.lock:
             policy = self.policy
-            arrived(policy, port, self.clock.now(), by)
-            if by is not None and self.tracing:  # in the sender's hook, on its thread
+            arrived(policy, port, self.clock.now())
+            if policy.wake:
+                self.deliver()
+
+    def sent(self, by: Slot, port: _Port) -> None:
+        """``by``'s update sent on ``port``, which wakes triggered nodes, under the real-time
+        timer: ``arrived`` for each, as the send returns (trigger.real-time). In the sender's
+        hook, on its thread: the path from a send to the start of the update it triggers,
+        kept short (NOTE [ the cost of an update ] in ``_update``)."""
+        with self.lock:
+            policy = self.policy
+            now = self.clock.now()
+            slots = policy.slots
+            for index in port._wakes:
+                arrive(policy, slots[index], now, by)
+            if self.tracing:
                 note_flows(self.slots, port, (threading.current_thread().name, time.perf_counter()))
             if policy.wake:
                 self.deliver()

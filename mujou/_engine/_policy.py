@@ -23,6 +23,7 @@ Guarantees (checked by ``_invariant.check`` after every step of the randomized t
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -396,19 +397,25 @@ class Policy(Ending):
         """
         if slot.stopped or self.stopping:
             return
-        holder = self.holder[slot.index]
-        if 0 < holder <= self.workers and self.batch[holder - 1].held:
-            # Taken early (kept, or for a burst), not begun: back to the queue, to move; its
-            # worker waits for the batch's due time without being idle, so it is told.
-            self._put_back(holder - 1, self.batch[holder - 1])
-            if self.wake_worker < 0:
-                self.wake = True
-                self.wake_worker = holder - 1
-        if self.holder[slot.index] != FREE or not self.running:
+        holders = self.holder
+        holder = holders[slot.index]
+        if holder != FREE:
+            if 0 < holder <= self.workers and self.batch[holder - 1].held:
+                # Taken early (kept, or for a burst), not begun: back to the queue, to move;
+                # its worker waits for the batch's due time without being idle, so it is told.
+                self._put_back(holder - 1, self.batch[holder - 1])
+                if self.wake_worker < 0:
+                    self.wake = True
+                    self.wake_worker = holder - 1
+            if holders[slot.index] != FREE:
+                slot.arrived = True
+                return
+        if not self.running:
             slot.arrived = True
             return
         due = arrivals_due(slot)
-        if due >= slot.due:
+        was = slot.due
+        if due >= was:
             return
         if slot.dedicated:
             slot.due = due
@@ -416,7 +423,8 @@ class Policy(Ending):
                 self.wake = True
                 self.wake_nodes.append(slot)
             return
-        self.queue.remove(slot.due, slot.index)
+        if was != math.inf:  # a triggered-only node with none pending is not in the queue
+            self.queue.remove(was, slot.index)
         slot.due = due
         if by is not None and due <= now and self._hand_off(slot, by):
             return
@@ -442,7 +450,10 @@ class Policy(Ending):
         if self.virtual:
             return False
         w = self.holder[by.index] - 1
-        if not 0 <= w < self.workers or self._earliest()[0] <= slot.due:  # earliest due first
+        dues = self.queue.dues  # earliest due first: the queue's, then any shared batch's
+        if not 0 <= w < self.workers or (dues and dues[0] <= slot.due):
+            return False
+        if self.shared and self._earliest()[0] <= slot.due:
             return False
         batch = self.batch[w]
         self.holder[slot.index] = w + 1

@@ -41,6 +41,41 @@ loop. Each step, and what it costs now:
   per batch instead of once per hook (0.03 us);
 - whether torch's profiler runs (observe.profiler-ranges): one dictionary look-up (0.03 us);
 - the hook itself, bound once per run (``Slot.update_hook``) instead of once per update.
+
+The path from a send to the start of the update it triggers (bench's trigger-latency: a 1
+ms sender, a node triggered by it, one worker), measured in place with ``perf_counter``
+stamps around the send and at the triggered hook's start, medians of about 1,600 sends a
+run, interleaved with the code before (2-core machine shared with other work, load 6-12;
+the plain pool's whole send-to-start was 6.8-6.9 us in such runs). Before: the send with
+its arrival 12-13 us (the send alone, without a node to wake, 4-5 us in place and 1.3 us
+warm in a loop), then 3.8-4.0 us to the triggered hook; 15.8-17.4 us in all. Where the
+arrival's time went (stamps at each step, before; each figure holds a stamp's 0.4 us):
+taking the lock 1.4 us, the clock and noting the arrival (``arrive``) 2.5 us,
+``Policy.arrival`` with ``arrivals_due`` and the hand-off (NOTE [ handing off ] in
+``_policy``) 4.2 us, leaving the lock 2.3 us; after the send, the sender's update ends
+(busy time, checks) in 1 us, the triggered node's ``begin_update`` takes 2.2 us and its
+hook's call 1.1 us. Now ``Slot.sent`` is a positional ``partial`` of ``Engine.sent`` (a
+keyword one built a dict per send), which notes the arrivals itself, and the policy's
+decision reads each field once: the send with its arrival 9.2-11.1 us, 12.8-15.0 us in all
+(about 2 us less). What is left is the Python of each step run cold, after the worker slept
+a millisecond (in place every step costs 3-4 times what it costs in a warm loop): about 45
+lines from the send to the hand-off, 60 more to the triggered hook. A path that takes no
+lock and decides nothing per send would remove most of it: the sending worker claiming a
+triggered node that only its own updates wake (a plan of the run, made at its start), so
+that the node's due time and holder need no policy; not done (see issue 24).
+
+``python bench/run.py --quick --only trigger-latency,echo-triggered,chain-10,dispatch,
+dispatch-virtual,fleet-1000`` at 36f4d1b (load 6.4, the other helpers' runs using 1.6-1.8 of
+the 2 cores): trigger to start 12.7 us / 31.4 us (p50 / p99) against the plain pool's 6.6 us
+/ 17.8 us (1.93x; 2.2-2.4x before, in the same conditions); the chain of 10, 66 us; empty
+updates 185,000 / s real-time (0.70x the pool's) and 407,000 / s virtual (1.53x); the fleet
+at N = 1,000, 11 us of CPU an update against the pool's 6.3 us (1.76x), both short of a core
+there (0.37 and 0.64 of the updates made). An update of the fleet runs about 100 lines of
+Mujou's Python around its two torch calls (``run`` 33, ``begin_update`` 28, ``send`` 15,
+``read`` 12, the rest the batch's keeping and the clock, counted with a line tracer over a
+batch); the pool's loop runs about 15. Each of Mujou's is a rule's (the statistics, the fresh
+bits, the checks, the stamps); the ratio the issue asks needs fewer of them per update, not
+cheaper ones: a compiled runner (mypyc) or statistics taken per batch instead of per update.
 """
 
 from __future__ import annotations
@@ -95,15 +130,17 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     Called by the thread holding the node, without the lock: that thread alone touches these.
     """
     period = slot.period
-    lateness = start - slot.due
-    periodic = slot.slot * period  # the due time of its next periodic update
-    if slot.due < periodic and start < periodic:
+    was = slot.due
+    lateness = start - was
+    number = slot.slot
+    periodic = number * period  # the due time of its next periodic update
+    if was < periodic and start < periodic:
         due = periodic  # a triggered update, ahead of the periodic one: that one stays due
     else:
-        following = slot.slot + 1
+        following = number + 1
         due = following * period  # due_time(following, period), inlined
         if due < start:  # more than a period late: skip (sched.skip)
-            following, skipped = next_slot(slot.slot, period, start)
+            following, skipped = next_slot(number, period, start)
             slot.skipped += skipped
             due = following * period
         slot.slot = following

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from .._errors import MujouWarning, ProcessError
 from .._net import Net
 from .._node import Node
-from .._port import _Port
+from .._port import PortNode, _Port
 from .._stats import RunStats
 from .._trace import TraceRecorder
 from ._gather import merge_stats, merge_trees
@@ -112,12 +112,12 @@ class Processes:
 
     # -- where things are ------------------------------------------------------------------
 
-    def group_of(self, node: Node) -> Group | None:
+    def group_of(self, node: PortNode) -> Group | None:
         """The group of ``node``, None for the host's (or another net's) nodes."""
         name = self.placement.where.get(id(node))
         return None if name is None or name == HOST else self.groups[name]
 
-    def has_node(self, node: Node) -> bool:
+    def has_node(self, node: PortNode) -> bool:
         return id(node) in self.placement.where
 
     # -- starting --------------------------------------------------------------------------

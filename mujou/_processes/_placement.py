@@ -11,6 +11,7 @@ from typing import Any
 
 from .._net import Branch
 from .._node import Node
+from .._port import PortNode
 from .._ports import Output
 
 HOST = ""  # the host's process, in the placement's maps
@@ -32,7 +33,7 @@ class Placement:
     # The groups placed on other hosts, by name: their ``mujou.OnHost`` (mujou._hosts).
     hosts: dict[str, Any] = field(default_factory=dict)
 
-    def process_of(self, node: Node) -> str:
+    def process_of(self, node: PortNode) -> str:
         return self.where[id(node)]
 
     def nodes_of(self, process: str) -> list[Node]:

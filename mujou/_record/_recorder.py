@@ -772,22 +772,21 @@ def _channels(recorder: Recorder, nodes: Sequence[Node]) -> list[_Channel]:
                 chosen.append(found)
     channels = []
     for port in chosen:
-        node = port.node
-        core = node._mujou
-        period = core.period
+        owner = port.node
+        period = owner.period
         channels.append(
             _Channel(
                 port=port,
                 name=port.name,
-                node=node.name,
+                node=owner.name,
                 attr=port._attr,
                 metadata={
-                    "node": node.name,
+                    "node": owner.name,
                     "port": port._attr,
                     "dtype": "",
                     "shape": "",
-                    "period": "" if period == math.inf else repr(period),
-                    "device": str(node.device),
+                    "period": "" if period is None else repr(period),
+                    "device": str(owner.device),
                     "kind": "",
                     "layout": "",
                 },
