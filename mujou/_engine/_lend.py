@@ -121,10 +121,11 @@ class Lender:
         if self.looks > IDLE_LOOKS:
             self.defers = False
 
-    def answer(self) -> bool:
+    def answer(self, hook_checked: bool = False) -> bool:
         """First thing in ``run.wait_for``, and in ``Subscription.get``: ``run_one``; if it ran
-        an update, the host's writes defer from now on (NOTE [ writes that wake no worker ])."""
-        if not self.run_one():
+        an update, the host's writes defer from now on (NOTE [ writes that wake no worker ]).
+        ``hook_checked``: the caller refused a hook thread already."""
+        if not self.run_one(hook_checked):
             return False
         if not self.defers:
             engine = self._engine
@@ -134,18 +135,21 @@ class Lender:
                 engine.parking.notify_workers()  # to wait LOOK at most from now on
         return True
 
-    def run_one(self) -> bool:
+    def run_one(self, hook_checked: bool = False) -> bool:
         """Run the update due earliest on the calling (host) thread, if one is due now that no
-        thread has begun and the thread's settings allow; whether it ran one. No lock held."""
-        if not fresh_settings() or in_hook_thread():  # a hook's wait runs no other node's update
+        thread has begun and the thread's settings allow; whether it ran one. No lock held.
+        ``hook_checked``: the caller refused a hook thread already."""
+        if not hook_checked and in_hook_thread():  # a hook's wait runs no other node's update
+            return False
+        if not fresh_settings():
             return False
         engine = self._engine
         policy = engine.policy
         with engine.lock:
             now = engine.clock.now()
             batch = policy.take_for_host(now)
-            if batch is None:
-                return False
+        if batch is None:
+            return False
         ident = _get_ident()
         try:
             run = self._run
@@ -156,7 +160,7 @@ class Lender:
                 run(batch, now)
             finally:
                 _in_run.host_running.discard(ident)
-                if not fresh_settings():
+                if not _is_grad_enabled() or _is_any_autocast_enabled():  # all it puts back
                     _put_settings_back()
         except KeyboardInterrupt:  # the host's (threads.host-interrupt): the update ends there
             self._done()
