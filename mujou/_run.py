@@ -280,7 +280,7 @@ class Run:
         undo = None if self._processes is None else self._watch(source)
         try:
             lender = engine.lender
-            if lender is not None:
+            if lender is not None and not engine.virtual:
                 # The update the host waits for may be due: run it before looking, while no
                 # worker has begun it (NOTE [ the host lends its thread ]).
                 lender.answer(hook_checked=True)

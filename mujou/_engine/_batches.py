@@ -245,7 +245,10 @@ class Workers:
         time, taken as a worker takes them (earliest due first), between looks at what it
         waits for. The workers are woken as before, whoever runs the update: the host takes
         only what is due when it looks, and a worker woken for it finds it taken. Under the
-        virtual timer the host moves the time and the instants run on the workers.
+        virtual timer the host's thread that moves the time runs each instant's worker
+        updates (``take_instant_for_host``), and an instant wakes no lone worker meanwhile
+        (``Policy.start_instant``): the wake-up of the worker and that of the host were 60 %
+        of the worker's samples in bench's dispatch-virtual.
         """
         if self.virtual or not self.running or self.jobs or self.paused or self.stopping:
             return None
@@ -270,6 +273,41 @@ class Workers:
             self.holder[index] = HOST
             batch = self.batch[self.workers]
             batch.due, batch.todo, batch.handed = due, [index], 0
+            return batch
+        return None
+
+    def take_instant_for_host(self, now: float) -> Batch | None:
+        """Virtual timer: the worker updates due at the instant ``now`` that no thread has begun,
+        taken as a worker takes them (every one due, or one from a batch another worker
+        shares), for the host's thread (``batch[workers]``, holder HOST); None when there is
+        none, or a job, a pause or the stop needs it first. ``host_done`` puts it back.
+
+        Under the virtual timer what an update sees depends on its instant alone, so the host
+        running the instant instead of a worker changes no message and no state: it saves the
+        wake-up of a worker and that of the host once the instant is done.
+        """
+        if not self.instant or not self.running or self.jobs or self.paused or self.stopping:
+            return None
+        batch = self.batch[self.workers]
+        for _ in range(len(self.shared) + 1):
+            due, other = self._earliest()
+            if due > now:
+                return None
+            if other is None:
+                batch.due = due
+                batch.todo = todo = self.queue.pop_until(now)
+                batch.mixed = todo[0] != todo[-1] and self.slots[todo[0]].due != due
+                self.busy += len(todo)
+            else:  # counted in busy already, as its batch's
+                try:
+                    index = other.todo.pop()
+                except IndexError:  # its worker took the last one meanwhile
+                    continue
+                batch.due, batch.todo, batch.mixed = self.slots[index].due, [index], False
+            batch.handed = 0
+            for index in batch.todo:
+                self.holder[index] = HOST
+            self._share(batch)  # more workers: they may take from it (woken by the instant)
             return batch
         return None
 
