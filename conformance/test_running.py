@@ -500,12 +500,18 @@ class Declared(Node):
         super().__init__(period=0.25, seed=0)
 
 
+class DeclaredNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = Declared()
+
+
 @pytest.mark.rule("run.write")
 def test_each_write_is_checked_also_after_the_port_was_written() -> None:
     """A port written once is checked again at each write (the run keeps what it checked of
     the port, never of the value): a value that does not match the declaration, a port of
     another run's net, an output, each raises as at a first write."""
-    a, b = Bag(n=Declared()), Bag(n=Declared())
+    a, b = DeclaredNet(), DeclaredNet()
     with mujou.run(a, timer=mujou.VirtualTimer()) as run:
         run.write(a.n.x, torch.zeros(2))
         with pytest.raises(TypeError, match=r"^run\.write\(\): input 'n\.x' "):
