@@ -296,6 +296,43 @@ def test_an_interrupt_of_the_host_in_an_update_it_runs_is_the_hosts() -> None:
     assert [thread for thread, _ in echo.seen] == [threading.current_thread()] * 2
 
 
+class Interrupting(Node):
+    """Periodic: at its third update, interrupts the main thread (once) and notes whether the
+    update went on after it; notes the thread of each update."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.count = 0
+        self.reached: list[int] = []
+        self.threads: list[threading.Thread] = []
+
+    def on_update(self, dt: float) -> None:
+        self.threads.append(threading.current_thread())
+        self.count += 1
+        if self.count == 3:
+            _thread.interrupt_main()
+            for _ in range(100_000):  # the interrupt comes at the next check of the interpreter
+                pass
+            self.reached.append(self.count)
+
+
+@pytest.mark.rule("threads.host-interrupt")
+@pytest.mark.usefixtures("sigint_raises")
+def test_under_the_virtual_timer_an_interrupt_in_an_update_the_host_runs_is_the_hosts() -> None:
+    """The host's thread runs the instants of run.sleep (one worker): a KeyboardInterrupt in
+    an update there ends it and leaves run.sleep; the run goes on, with no error."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("interrupt_main reaches the main thread only")
+    node = Interrupting()
+    with hang_guard(HANG_GUARD), mujou.run(Bag(node=node), workers=1, timer=vt()) as run:
+        with pytest.raises(KeyboardInterrupt):
+            run.sleep(1.0)
+        assert run.running and node.reached == [] and node.count == 3
+        run.sleep(0.1)
+        assert node.count >= 10
+    assert node.threads[:3] == [threading.current_thread()] * 3
+
+
 @pytest.mark.rule("threads.host-runs-updates")
 def test_a_write_the_host_does_not_wait_for_still_runs_on_a_worker() -> None:
     """After round trips the host ran itself (its writes then wake no worker), a write it does
