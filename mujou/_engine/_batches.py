@@ -458,14 +458,24 @@ class Workers:
                 self._queue_stop(slot)
         else:
             push, slots = self.queue.push, self.slots
+            # Back in runs of one due time, ascending (a batch's nodes due again together, as
+            # most are): one push_all each instead of a push per node.
+            run_due = math.nan
+            run: list[int] = []
             for slot in ran:
-                holder[slot.index] = FREE
+                index = slot.index
+                holder[index] = FREE
                 if slot.arrived:  # an arrival while it ran: _slot.come_back, inlined
                     slot.arrived = False
                     due = arrivals_due(slot)
                     if due < slot.due:
                         slot.due = due
-                push(slot.due, slot.index)
+                if slot.due == run_due and index > run[-1]:
+                    run.append(index)
+                else:
+                    self.queue.push_all(run_due, run)
+                    run_due, run = slot.due, [index]
+            self.queue.push_all(run_due, run)
             went_back = bool(ran or todo)
             if todo:  # not begun: still due at batch.due, the first in registration order last
                 for index in todo:
