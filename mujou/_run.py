@@ -145,22 +145,25 @@ class Run:
     # (bench's echo-triggered: a random pause of up to 1 ms before each trip, so the thread
     # comes back to cold caches) has no thread hand-off (NOTE [ the host lends its thread ]),
     # so what is left is the Python and torch calls on the host's thread, each a few times
-    # dearer cold than in a loop. Measured with ``py-spy record -r 1000`` and perf_counter
-    # around each call in a script looping the trip (2-core AMD EPYC, CPython 3.11, torch
-    # 2.13, load 3-7): before, write 22-31 us, wait_for 23-32 us, the caller's torch.full
-    # 9-14 us. Of write: the snapshot's clone about a third, the arrival under the lock a
-    # fifth, the checks of the port (isinstance, has_node, source, process) and their calls
-    # a fifth; of wait_for: the lent update (take, run, give back) half, the copy of the
-    # answer a sixth. So a port's checks are made once per run (``_checked``, ``_writable``:
-    # the net does not change while it runs), a plain CPU tensor is snapshotted without the
-    # device calls of ``host_to_node``, the hook-thread check is made once, the settings
-    # put back after a lent update are read as two calls instead of five, and the common
-    # case of wait_for (the answer is there after the lent update) makes no closure. After:
-    # write 13-22 us, wait_for 19-27 us (bench: 75-82 us = 2.9-3.2x the floor before,
-    # 54 us = 2.0-2.1x after, at load 5-7). What stays is torch's: two clones (the
-    # snapshot, the host's copy of the answer), the update's read and send, the predicate's
-    # ``item``, about 2 us each warm and 5-8 cold, which no design that copies the host's
-    # messages can drop; the floor does none of them.
+    # dearer cold than in a loop (20 us a trip warm, 50-80 cold). Measured with
+    # ``py-spy record -r 1000`` and perf_counter around each call in a script looping the trip
+    # (2-core AMD EPYC, CPython 3.11, torch 2.13): of write, the snapshot's clone about a
+    # third, the arrival under the lock a fifth, the checks of the port (isinstance,
+    # has_node, source, process) and their calls a fifth; of wait_for, the lent update (take,
+    # run, give back) half, the copy of the answer a sixth. So a port's checks are made once
+    # per run (``_checked``, ``_writable``: the net does not change while it runs), a CPU
+    # tensor is snapshotted without the device calls of ``host_to_node``, the hook-thread
+    # check is made once, the settings put back after a lent update are read with two calls
+    # instead of five, and the common case of wait_for (the answer is there after the lent
+    # update) makes no closure. Interleaved at load 9: write 27-33 us before, 21-24 after;
+    # wait_for 29-32 before, 27-29 after (the benchmark's torch.full 12-15 both). What stays
+    # is mostly torch's: the snapshot's clone, the update's read and send, the copy of the
+    # answer and the predicate's ``item``, with the caller's torch.full 22-28 us a trip cold
+    # on their own (no Mujou at all), as much as the floor's whole trip (24-29 us), which
+    # copies nothing. A host whose messages are snapshotted and copied cannot reach the
+    # floor here. Mujou's own part is the rest, 35-40 us of the 62-66 us trip at load 9,
+    # half of it the lent update's runner (``_update``) and the policy's take and put-back
+    # under the lock, the other half the write's arrival and the calls of the two checks.
 
     def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
