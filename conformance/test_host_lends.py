@@ -111,13 +111,116 @@ def test_a_dedicated_node_runs_on_its_own_thread_while_the_host_waits() -> None:
 
 
 @pytest.mark.rule("threads.host-runs-updates")
-def test_under_the_virtual_timer_the_updates_run_on_the_workers() -> None:
+@pytest.mark.rule("threads.host-thread")
+def test_under_the_virtual_timer_the_host_runs_the_instants_updates() -> None:
+    """With one worker, the updates of the instants that wait_for and sleep make run on the
+    host's thread (no worker is woken for them), where the run's calls that wait refuse it."""
     echo = Echo()
+    refused: list[str] = []
     with hang_guard(HANG_GUARD), mujou.run(Bag(echo=echo), workers=1, timer=vt()) as run:
+
+        def wait_in_the_hook() -> None:
+            try:
+                run.sleep(0.0)
+            except RuntimeError as exc:
+                refused.append(str(exc))
+
+        echo.action = wait_in_the_hook
         for k in range(3):
             run.write(echo.x, torch.tensor([float(k)]))
             assert value(run.wait_for(echo.y, partial(answers, k))) == k + 1
-    assert [thread.name for thread, _ in echo.seen] == ["mujou-worker-0"] * 3
+        echo.action = None
+        run.write(echo.x, torch.tensor([7.0]))
+        run.sleep(0.01)
+        latest = run.read(echo.y)
+        assert latest is not None and value(latest) == 8.0
+    assert [thread for thread, _ in echo.seen] == [threading.current_thread()] * 4
+    assert echo.started_on is not None and echo.started_on.name == "mujou-worker-0"  # no job on the host
+    assert len(refused) == 3 and refused[0].startswith(
+        "run.sleep() cannot be called from a hook of node 'echo'"
+    )
+
+
+class Walker(Node):
+    """Periodic: adds a step drawn from its generator to ``total`` and sends it; notes the
+    thread of each update."""
+
+    y = Output()
+
+    def __init__(self, period: float, seed: int) -> None:
+        super().__init__(period=period, seed=seed)
+        self.total = torch.zeros(3)
+        self.threads: list[str] = []
+
+    def on_update(self, dt: float) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.total = self.total + torch.randn(3, generator=self.generator)
+        self.y.send(self.total)
+
+
+class Summer(Node):
+    """Triggered by either input: adds what both hold now to ``total`` and sends it."""
+
+    a = Input()
+    b = Input()
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("a", "b"), seed=0)
+        self.total = torch.zeros(3)
+        self.threads: list[str] = []
+
+    def on_update(self, dt: float) -> None:
+        self.threads.append(threading.current_thread().name)
+        for port in (self.a, self.b):
+            message = port.read()
+            if message is not None:
+                self.total = self.total + message
+        self.y.send(self.total)
+
+
+class Walk(mujou.Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = Walker(0.003, 1)
+        self.b = Walker(0.005, 2)
+        self.s = Summer()
+        self.connect(self.a.y, self.s.a)
+        self.connect(self.b.y, self.s.b)
+
+
+def walk(workers: int, *, no_grad: bool) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Run a Walk 0.1 s of virtual time (half in sleeps, half in waits for the summer's
+    messages), the host in ``torch.no_grad()`` when ``no_grad``: each node's total and the
+    read of the summer's output, and the threads of every update."""
+    net = Walk()
+    with hang_guard(HANG_GUARD), mujou.run(net, workers=workers, timer=vt(), seed=5) as run:
+        with torch.no_grad() if no_grad else contextlib.nullcontext():
+            for _ in range(5):
+                run.sleep(0.01)
+                before = run.time
+                run.wait_for(net.s.y, lambda _: run.time >= before + 0.01)  # noqa: B023
+            latest = run.read(net.s.y)
+        tree = run.state_dict()
+    assert latest is not None
+    totals = {name: tree[name]["total"] for name in ("a", "b", "s")}
+    return {**totals, "read": latest}, net.a.threads + net.b.threads + net.s.threads
+
+
+@pytest.mark.rule("threads.host-runs-updates")
+@pytest.mark.rule("sched.virtual-deterministic")
+def test_under_the_virtual_timer_the_host_running_updates_changes_no_result() -> None:
+    """The same totals and reads, bit for bit, when the host runs every update (one worker),
+    when the workers run them all (the host in no_grad lends nothing), and with three workers."""
+    lent, on_host = walk(1, no_grad=False)
+    kept, on_workers = walk(1, no_grad=True)
+    shared, _ = walk(3, no_grad=False)
+    assert set(on_host) == {threading.current_thread().name}
+    assert set(on_workers) == {"mujou-worker-0"}
+    assert len(on_host) == len(on_workers) > 50
+    for name, tensor in lent.items():
+        assert torch.equal(tensor, kept[name]), name
+        assert torch.equal(tensor, shared[name]), name
 
 
 @pytest.mark.rule("threads.host-thread-settings")
@@ -191,6 +294,43 @@ def test_an_interrupt_of_the_host_in_an_update_it_runs_is_the_hosts() -> None:
         run.write(echo.x, torch.tensor([5.0]))
         assert value(run.wait_for(echo.y, timeout=HANG_GUARD)) == 6.0
     assert [thread for thread, _ in echo.seen] == [threading.current_thread()] * 2
+
+
+class Interrupting(Node):
+    """Periodic: at its third update, interrupts the main thread (once) and notes whether the
+    update went on after it; notes the thread of each update."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.count = 0
+        self.reached: list[int] = []
+        self.threads: list[threading.Thread] = []
+
+    def on_update(self, dt: float) -> None:
+        self.threads.append(threading.current_thread())
+        self.count += 1
+        if self.count == 3:
+            _thread.interrupt_main()
+            for _ in range(100_000):  # the interrupt comes at the next check of the interpreter
+                pass
+            self.reached.append(self.count)
+
+
+@pytest.mark.rule("threads.host-interrupt")
+@pytest.mark.usefixtures("sigint_raises")
+def test_under_the_virtual_timer_an_interrupt_in_an_update_the_host_runs_is_the_hosts() -> None:
+    """The host's thread runs the instants of run.sleep (one worker): a KeyboardInterrupt in
+    an update there ends it and leaves run.sleep; the run goes on, with no error."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("interrupt_main reaches the main thread only")
+    node = Interrupting()
+    with hang_guard(HANG_GUARD), mujou.run(Bag(node=node), workers=1, timer=vt()) as run:
+        with pytest.raises(KeyboardInterrupt):
+            run.sleep(1.0)
+        assert run.running and node.reached == [] and node.count == 3
+        run.sleep(0.1)
+        assert node.count >= 10
+    assert node.threads[:3] == [threading.current_thread()] * 3
 
 
 @pytest.mark.rule("threads.host-runs-updates")

@@ -490,6 +490,50 @@ def test_write_to_connected_input_and_after_end() -> None:
         run2.write(fed.reader.x, torch.zeros(1))
 
 
+class Declared(Node):
+    """An input the host writes, declared as two float32 numbers, and an output."""
+
+    x = Input(optional=True, dtype=torch.float32, shape=(2,))
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=0)
+
+
+class DeclaredNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = Declared()
+
+
+@pytest.mark.rule("run.write")
+def test_each_write_is_checked_also_after_the_port_was_written() -> None:
+    """A port written once is checked again at each write (the run keeps what it checked of
+    the port, never of the value): a value that does not match the declaration, a port of
+    another run's net, an output, each raises as at a first write."""
+    a, b = DeclaredNet(), DeclaredNet()
+    with mujou.run(a, timer=mujou.VirtualTimer()) as run:
+        run.write(a.n.x, torch.zeros(2))
+        with pytest.raises(TypeError, match=r"^run\.write\(\): input 'n\.x' "):
+            run.write(a.n.x, torch.zeros(3))
+        with pytest.raises(TypeError, match=r"^run\.write\(\): input 'n\.x' "):
+            run.write(a.n.x, torch.zeros(2, dtype=torch.int64))
+        with mujou.run(b, timer=mujou.VirtualTimer()) as other:
+            other.write(b.n.x, torch.ones(2))
+            with pytest.raises(ValueError, match=r"^port 'n\.x' is not a port of this run's net$"):
+                run.write(b.n.x, torch.ones(2))
+            with pytest.raises(ValueError, match=r"^port 'n\.x' is not a port of this run's net$"):
+                other.write(a.n.x, torch.ones(2))
+        with pytest.raises(TypeError, match=r"^run\.write\(\) takes an Input, got output 'n\.y'$"):
+            run.write(a.n.y, torch.zeros(2))  # type: ignore[arg-type]
+        assert run.wait_for(a.n.x, timeout=0.0).tolist() == [0.0, 0.0]
+    with mujou.run(a, timer=mujou.VirtualTimer()) as again:  # a new run checks anew
+        with pytest.raises(TypeError, match=r"^run\.write\(\): input 'n\.x' "):
+            again.write(a.n.x, torch.zeros(3))
+        again.write(a.n.x, torch.ones(2))
+        assert again.wait_for(a.n.x, timeout=0.0).tolist() == [1.0, 1.0]
+
+
 # --- run.subscribe --------------------------------------------------------------------------
 
 

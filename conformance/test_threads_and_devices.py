@@ -299,8 +299,8 @@ def test_nodes_share_a_pool_of_workers(timer: str) -> None:
         assert run.workers == 2
     assert mujou_threads() == [], "the run's threads outlived stop()"
     host = threading.get_ident()
-    # In real time the host's thread may run an update in run.sleep (threads.host-runs-updates).
-    lent = {"on_update"} if timer == "realtime" else set()
+    # The host's thread may run an update in run.sleep (threads.host-runs-updates).
+    lent = {"on_update"}
     for node in nodes.values():
         names = {name for hook, name, _ in node.threads if hook not in lent}
         assert names <= pool, (node.name, names)
@@ -674,8 +674,8 @@ def test_dedicated_node_runs_on_its_own_thread(timer: str) -> None:
         assert hooks[0] == "on_start" and hooks[-1] == "on_stop", hooks
         assert {thread for _, thread, _ in node.threads} == {name}
         assert len({ident for _, _, ident in node.threads}) == 1
-    # In real time the host's thread may run an update in run.sleep (threads.host-runs-updates).
-    host = threading.current_thread().name if timer == "realtime" else "mujou-worker-0"
+    # The host's thread may run an update in run.sleep (threads.host-runs-updates).
+    host = threading.current_thread().name
     assert {t for h, t, _ in worker_node.threads if h != "on_update"} == {"mujou-worker-0"}
     assert {t for h, t, _ in worker_node.threads if h == "on_update"} <= {"mujou-worker-0", host}
     assert {i for _, _, i in cam.threads}.isdisjoint({i for _, _, i in mic.threads})
@@ -747,8 +747,8 @@ def test_per_thread_settings_are_not_reset_between_nodes() -> None:
     > CUDA device and stream, before each hook of a CUDA node, and nothing before the hooks of a
     > CPU node."""
     leaver, seer = LeavesSettings(), SeesSettings()
-    with mujou.run(Bag(leaver=leaver, seer=seer), timer=vt(), workers=1) as run:
-        run.sleep(1.0)
+    with mujou.run(Bag(leaver=leaver, seer=seer), timer=vt(), workers=1) as run, torch.no_grad():
+        run.sleep(1.0)  # in no_grad the host runs no update: the worker runs them all
     # One worker: seer runs right after leaver at each due time, on the same thread.
     assert seer.seen == [(("leaver", k), True, True) for k in range(1, 5)]
     assert leaver.seen == [(None, False)] + [(("leaver", k), True) for k in range(1, 4)]
@@ -1503,8 +1503,8 @@ def run_random_net(seed: int, virtual: bool, workers: int) -> list[PropNode]:
         if node.dedicated_thread:
             assert names == {f"mujou-node-{node.name}"}, (i, names, repro)
             assert len(node.threads) == 1, (i, node.threads, repro)
-        else:  # threads.worker-pool, threads.host-runs-updates (never under the virtual timer)
-            lent = set() if virtual else set(host)
+        else:  # threads.worker-pool, threads.host-runs-updates
+            lent = set(host)
             assert all(n.startswith("mujou-worker-") or n in lent for n in names), (i, names, repro)
     return nodes
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast, overload
 import torch
 
 from ._cuda import host_to_node
-from ._messages import KINDS, Nest, flatten, map_tensors, rebuild
+from ._messages import KINDS, Nest, cpu_tensor_copy, flatten, map_tensors, rebuild
 from ._port import M, PortCore, PortNode, RunSlot, _Port
 from ._routing import Route
 from ._specs import Declared, clash
@@ -352,9 +352,13 @@ class Input(_Port, Generic[M]):
         Raises TypeError, starting with ``what``, when ``value`` is not a message or does not
         match the input's declaration (cuda.write-on-device for each tensor).
         """
-        device = self.node.device
-        if isinstance(value, _Tensor):
-            self._check_host(value, what)
+        core = self._core
+        device = self.node.device if core is None else core.device
+        if value.__class__ is _Tensor or isinstance(value, _Tensor):
+            if self._declared is not None:
+                self._check_host(value, what)
+            if core is not None and core.cpu:  # the common case, in short
+                return cpu_tensor_copy(value), None
             return host_to_node(value, device), None
         try:
             leaves, spec = flatten(value)

@@ -10,7 +10,7 @@ import dataclasses
 import os
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast, final
+from typing import TYPE_CHECKING, Any, NoReturn, cast, final
 
 from ._engine import Engine, in_hook_thread
 from ._engine._snapshot import progress_sample, run_stats
@@ -62,6 +62,10 @@ class Run:
         self._processes = processes
         self._recording = recording
         self._subscriptions = []
+        # The ports the host's calls checked, by id (NOTE [ the host's round trip ]): for
+        # ``_port``, the port; for ``write``, the input and whether its node is in this process.
+        self._checked: dict[int, _Port] = {}
+        self._writable: dict[int, tuple[Input[Any], bool]] = {}
         engine.add_waker(self._wake_subscriptions)
 
     def _wake_subscriptions(self) -> None:
@@ -73,13 +77,26 @@ class Run:
     def _host_call(self, what: str) -> None:
         """Refuse calls that wait, from a hook (rules.no-run-calls-in-hooks); flush warnings."""
         if in_hook_thread():
-            where = self._engine.hooks.hook_of_this_thread()
-            raise RuntimeError(
-                f"run.{what}() cannot be called from a hook{where}: it would wait for the node itself"
-            )
+            self._refuse(what)
         self._engine.hooks.flush_warnings(stacklevel=3)
 
+    def _refuse(self, what: str) -> NoReturn:
+        """The error of a call that waits, made from a hook (rules.no-run-calls-in-hooks)."""
+        where = self._engine.hooks.hook_of_this_thread()
+        raise RuntimeError(
+            f"run.{what}() cannot be called from a hook{where}: it would wait for the node itself"
+        )
+
     def _port(self, port: object) -> _Port:
+        """``port``, checked to be a port of this run's net (once per port: the net is fixed)."""
+        known = self._checked.get(id(port))
+        if known is not None and known is port:
+            return known
+        checked = self._check_port(port)
+        self._checked[id(checked)] = checked  # the entry keeps the port, so its id stays its own
+        return checked
+
+    def _check_port(self, port: object) -> _Port:
         if not isinstance(port, Input | Output):
             raise TypeError(f"port must be an Input or Output of a node, got {type(port).__name__}")
         if port._node is None:
@@ -124,6 +141,30 @@ class Run:
 
     # -- reading and writing ---------------------------------------------------------------
 
+    # NOTE [ the host's round trip ]: ``run.write`` then ``run.wait_for`` on a triggered node
+    # (bench's echo-triggered: a random pause of up to 1 ms before each trip, so the thread
+    # comes back to cold caches) has no thread hand-off (NOTE [ the host lends its thread ]),
+    # so what is left is the Python and torch calls on the host's thread, each a few times
+    # dearer cold than in a loop (20 us a trip warm, 50-80 cold). Measured with
+    # ``py-spy record -r 1000`` and perf_counter around each call in a script looping the trip
+    # (2-core AMD EPYC, CPython 3.11, torch 2.13): of write, the snapshot's clone about a
+    # third, the arrival under the lock a fifth, the checks of the port (isinstance,
+    # has_node, source, process) and their calls a fifth; of wait_for, the lent update (take,
+    # run, give back) half, the copy of the answer a sixth. So a port's checks are made once
+    # per run (``_checked``, ``_writable``: the net does not change while it runs), a CPU
+    # tensor is snapshotted without the device calls of ``host_to_node``, the hook-thread
+    # check is made once, the settings put back after a lent update are read with two calls
+    # instead of five, and the common case of wait_for (the answer is there after the lent
+    # update) makes no closure. Interleaved at load 9: write 27-33 us before, 21-24 after;
+    # wait_for 29-32 before, 27-29 after (the benchmark's torch.full 12-15 both). What stays
+    # is mostly torch's: the snapshot's clone, the update's read and send, the copy of the
+    # answer and the predicate's ``item``, with the caller's torch.full 22-28 us a trip cold
+    # on their own (no Mujou at all), as much as the floor's whole trip (24-29 us), which
+    # copies nothing. A host whose messages are snapshotted and copied cannot reach the
+    # floor here. Mujou's own part is the rest, 35-40 us of the 62-66 us trip at load 9,
+    # half of it the lent update's runner (``_update``) and the policy's take and put-back
+    # under the lock, the other half the write's arrival and the calls of the two checks.
+
     def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
         if not in_hook_thread():
@@ -145,7 +186,27 @@ class Run:
             HookError: a hook failed.
             RuntimeError: the run has ended.
         """
-        self._host_call("write")
+        if in_hook_thread():
+            self._refuse("write")
+        engine = self._engine
+        engine.hooks.flush_warnings(stacklevel=2)
+        known = self._writable.get(id(port))
+        if known is None or known[0] is not port:
+            known = self._check_writable(port)
+        checked, here = known
+        message = checked._host_snapshot(value, "run.write()")
+        if engine.policy.error is not None or engine.ended:
+            self._live("write")
+        if here:
+            engine.host_write(checked, message)
+            return
+        group = self._group_of(checked)
+        assert group is not None
+        group.call("write", checked.name, cpu_copy(message[0]))
+
+    def _check_writable(self, port: object) -> tuple[Input[Any], bool]:
+        """``port``, checked to be an input of this run's net without a source, and whether
+        its node is in this process; kept for the next write (the net is fixed for the run)."""
         checked = self._port(port)
         if not isinstance(checked, Input):
             raise TypeError(f"run.write() takes an Input, got output {checked.name!r}")
@@ -154,13 +215,9 @@ class Run:
                 f"input {checked.name!r} has the source {checked.source.name!r}; the host "
                 "writes only inputs without a source"
             )
-        message = _host_message(checked, value, "run.write()")
-        self._live("write")
-        group = self._group_of(checked)
-        if group is not None:
-            group.call("write", checked.name, cpu_copy(message[0]))
-            return
-        self._engine.host_write(checked, message)
+        known = (checked, self._group_of(checked) is None)
+        self._writable[id(checked)] = known
+        return known
 
     def subscribe(self, port: Input[M] | Output[M], maxsize: int = 1024) -> Subscription[M]:
         """Every message made visible on ``port`` from now on. See :ref:`run.subscribe`."""
@@ -209,7 +266,10 @@ class Run:
             HookError: a hook failed.
             RuntimeError: the run ended first.
         """
-        self._host_call("wait_for")
+        if in_hook_thread():
+            self._refuse("wait_for")
+        engine = self._engine
+        engine.hooks.flush_warnings(stacklevel=2)
         checked = self._port(port)
         if predicate is not None and not callable(predicate):  # run.call-arguments
             raise TypeError(
@@ -218,8 +278,41 @@ class Run:
             )
         until = None if timeout is None else self.time + _seconds("timeout", timeout)
         source = checked.source if isinstance(checked, Input) and checked.source else checked
+        if engine.policy.error is not None:
+            engine.raise_error()
+        undo = None if self._processes is None else self._watch(source)
+        try:
+            lender = engine.lender
+            if lender is not None and not engine.virtual:
+                # The update the host waits for may be due: run it before looking, while no
+                # worker has begun it (NOTE [ the host lends its thread ]).
+                lender.answer(hook_checked=True)
+            latest = source._peek()
+            if latest is not None:
+                copy: M = cpu_copy(latest)
+                if predicate is None or predicate(copy):
+                    return copy
+            return self._wait_for(
+                checked, source=source, predicate=predicate, until=until, timeout=timeout, looked=latest
+            )
+        finally:
+            if undo is not None:
+                undo()
+
+    def _wait_for(
+        self,
+        checked: _Port,
+        *,
+        source: _Port,
+        predicate: Callable[[M], bool] | None,
+        until: float | None,
+        timeout: float | None,
+        looked: object,
+    ) -> M:
+        """``wait_for`` once the latest message (``looked``, None for none) did not match."""
+        engine = self._engine
         found: list[M] = []
-        checked_last: list[object] = [None]
+        checked_last = [looked]
 
         def matches(message: object) -> bool:
             if message is None or message is checked_last[0]:
@@ -234,41 +327,7 @@ class Run:
         def latest_matches() -> bool:
             return bool(found) or matches(source._peek())
 
-        engine = self._engine
-        engine.raise_error()
-        undo = self._watch(source)
-        try:
-            return self._wait_for(
-                checked=checked,
-                source=source,
-                until=until,
-                timeout=timeout,
-                latest_matches=latest_matches,
-                matches=matches,
-                found=found,
-            )
-        finally:
-            if undo is not None:
-                undo()
-
-    def _wait_for(
-        self,
-        *,
-        checked: _Port,
-        source: _Port,
-        until: float | None,
-        timeout: float | None,
-        latest_matches: Callable[[], bool],
-        matches: Callable[[object], bool],
-        found: list[M],
-    ) -> M:
-        engine = self._engine
-        lender = engine.lender
-        if lender is not None:
-            # The update the host waits for may be due: run it before looking, while no worker
-            # has begun it (NOTE [ the host lends its thread ]).
-            lender.answer()
-        if latest_matches():
+        if latest_matches():  # sent meanwhile (by a worker, or in a process watched)
             return found[0]
         self._live("wait_for")
         if engine.virtual:

@@ -21,6 +21,7 @@ from ._slot import Slot
 
 if TYPE_CHECKING:
     from .._port import Staged, _Port
+    from ._lend import Lender
 
 # Microsteps at one time of the virtual timer, in one host call, at most: the backstop for
 # triggers that keep waking each other (trigger.microstep-cap); start refuses a cycle of them.
@@ -50,11 +51,12 @@ class Instants:
     call_microsteps: int
     ended: bool
     tracing: bool
+    lender: Lender | None
 
     def deliver(self) -> bool:
         raise NotImplementedError
 
-    def host_wait(self, done: Callable[[], bool]) -> None:
+    def host_wait(self, done: Callable[[], bool], *, lend: bool = False) -> None:
         raise NotImplementedError
 
     def _next_instant(self) -> bool:
@@ -133,11 +135,15 @@ class Instants:
         clock, policy = self.clock, self.policy
         assert isinstance(clock, VirtualClock)
         with self.lock:
+            # The calling thread runs the instants' worker updates (NOTE [ the host lends its
+            # thread ] in _batches), when it may.
+            lender = self.lender
+            lends = lender is not None and lender.begin_instants()
             self.advance_until = until if done is None and until is not None else None
             self.call_microsteps = 0  # the cap counts within one host call (trigger.microstep-cap)
             try:
                 while True:
-                    self.host_wait(lambda: policy.stopping or policy.quiescent(clock.time))
+                    self.host_wait(lambda: policy.stopping or policy.quiescent(clock.time), lend=lends)
                     if policy.stopping:
                         self.host_wait(lambda: self.ended)
                         break
@@ -166,4 +172,7 @@ class Instants:
                     self._start_instant(due)
             finally:
                 self.advance_until = None
+                if lends:
+                    assert lender is not None
+                    lender.end_instants()
         return done() if done is not None else False

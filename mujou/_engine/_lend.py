@@ -5,15 +5,19 @@ Guarantees:
   ``run.wait_for``, and by ``run.sleep`` and ``run.join`` while ``defers``;
   ``Subscription.get``), one update at a time,
   taken from the policy as a worker takes it (``Workers.take_for_host``): earliest due first,
-  and the node held meanwhile, so its hooks stay exclusive (threads.hooks-exclusive). No job
-  (``on_start``, ``on_stop``, ``state_dict``, ``load_state_dict``) and no dedicated node's hook.
+  and the node held meanwhile, so its hooks stay exclusive (threads.hooks-exclusive); or, under
+  the virtual timer, inside a host call that moves the time (``Instants.advance``), one host
+  thread at a time, the worker updates of each instant as a worker takes them
+  (``Workers.take_instant_for_host``). No job (``on_start``, ``on_stop``, ``state_dict``,
+  ``load_state_dict``) and no dedicated node's hook.
 - The update runs through the workers' own runner (``_update.batch_runner``), so in the
   node's context, with its generator, streams and checks, as on a worker. While it runs the
   thread counts as a hook thread (``in_hook_thread``: the host's calls that wait refuse it).
 - Per-thread torch settings (threads.host-thread-settings): the thread lends itself only
   while its own are a new thread's (grad mode on, inference mode off, no autocast, no torch
-  function or dispatch mode), which a hook sees on a worker no hook changed; afterwards
-  grad mode and autocast are put back to those.
+  function or dispatch mode), which a hook sees on a worker no hook changed; after each batch
+  it ran (one update under the real-time timer, an instant's under the virtual one) grad mode
+  and autocast are put back to those.
 - A KeyboardInterrupt that reaches the thread in the hook ends that update and propagates to
   the host (threads.host-interrupt). Any other exception in Mujou's code here stops the run
   with ``MujouInternalError``, which the host's call raises (run.internal-error).
@@ -70,6 +74,9 @@ class Engine(ThreadsEngine, Protocol):
     """What the lender uses of the run's engine (``_lifecycle.Engine``, which makes it: a
     Protocol, so that this module does not import it)."""
 
+    host: threading.Condition  # the host's waits
+    poll: float  # the real seconds they sleep at most before they look again
+
     def raise_error(self) -> None: ...
 
 
@@ -89,7 +96,7 @@ class Lender:
     all under the lock.
     """
 
-    __slots__ = ("_engine", "_pending", "_run", "defers", "looks")
+    __slots__ = ("_engine", "_instants", "_pending", "_run", "defers", "looks")
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -97,6 +104,7 @@ class Lender:
         self.defers = False  # the host's writes wake no worker; idle workers look every LOOK
         self._pending = False  # a write while deferring, its update not yet run by the host
         self.looks = 0  # the idle workers' looks in a row that found nothing
+        self._instants = 0  # virtual timer: the ident of the host thread lent to the instants
 
     def write_arrived(self, port: _Port) -> None:
         """A host write on ``port`` (which wakes nodes) arrives: as ``Engine.arrived``, but
@@ -121,10 +129,11 @@ class Lender:
         if self.looks > IDLE_LOOKS:
             self.defers = False
 
-    def answer(self) -> bool:
+    def answer(self, hook_checked: bool = False) -> bool:
         """First thing in ``run.wait_for``, and in ``Subscription.get``: ``run_one``; if it ran
-        an update, the host's writes defer from now on (NOTE [ writes that wake no worker ])."""
-        if not self.run_one():
+        an update, the host's writes defer from now on (NOTE [ writes that wake no worker ]).
+        ``hook_checked``: the caller refused a hook thread already."""
+        if not self.run_one(hook_checked):
             return False
         if not self.defers:
             engine = self._engine
@@ -134,18 +143,29 @@ class Lender:
                 engine.parking.notify_workers()  # to wait LOOK at most from now on
         return True
 
-    def run_one(self) -> bool:
+    def run_one(self, hook_checked: bool = False) -> bool:
         """Run the update due earliest on the calling (host) thread, if one is due now that no
-        thread has begun and the thread's settings allow; whether it ran one. No lock held."""
-        if not fresh_settings() or in_hook_thread():  # a hook's wait runs no other node's update
+        thread has begun and the thread's settings allow; whether it ran one. No lock held.
+        ``hook_checked``: the caller refused a hook thread already."""
+        if not hook_checked and in_hook_thread():  # a hook's wait runs no other node's update
+            return False
+        if not fresh_settings():
             return False
         engine = self._engine
         policy = engine.policy
         with engine.lock:
             now = engine.clock.now()
             batch = policy.take_for_host(now)
-            if batch is None:
-                return False
+        if batch is None:
+            return False
+        self._run_taken(batch, now)
+        self._pending = False  # the host runs updates as it waits: its writes may defer
+        return True
+
+    def _run_taken(self, batch: Batch, now: float) -> None:
+        """Run ``batch``, which the policy gave the host's thread, from ``now``, and give it
+        back. No lock held."""
+        engine = self._engine
         ident = _get_ident()
         try:
             run = self._run
@@ -156,20 +176,59 @@ class Lender:
                 run(batch, now)
             finally:
                 _in_run.host_running.discard(ident)
-                if not fresh_settings():
+                if not _is_grad_enabled() or _is_any_autocast_enabled():  # all it puts back
                     _put_settings_back()
         except KeyboardInterrupt:  # the host's (threads.host-interrupt): the update ends there
             self._done()
             raise
         except BaseException as exc:  # Mujou's own code failed: hooks' exceptions are caught
             with engine.lock:
-                policy.host_done()
+                engine.policy.host_done()
                 engine.crashed_locked(HOST, exc, exits=False)
             engine.raise_error()
             raise
         self._done()
-        self._pending = False  # the host runs updates as it waits: its writes may defer
+
+    def begin_instants(self) -> bool:
+        """Virtual timer, with the lock held, as a host call begins to advance the time: whether
+        the calling thread lends itself to the instants until ``end_instants`` (its settings
+        allow, it runs no hook, and no other host thread lends itself now)."""
+        if self._instants or in_hook_thread() or not fresh_settings():
+            return False
+        self._instants = _get_ident()
+        self._engine.policy.host_lends = True
         return True
+
+    def end_instants(self) -> None:
+        """With the lock held: the host call that lent itself stops advancing. An instant it
+        leaves half done (an interrupt) is the workers' again: they are woken for it."""
+        engine = self._engine
+        self._instants = 0
+        engine.policy.host_lends = False
+        if engine.policy.instant:
+            engine.parking.notify_workers()
+
+    def lend_instants(self, done: Callable[[], bool]) -> None:
+        """With the lock held (also when it returns or raises), on the thread ``begin_instants``
+        lent: run the instants' worker updates until ``done()``, as a worker would
+        (``Workers.take_instant_for_host``), waiting for the engine's notify meanwhile."""
+        engine = self._engine
+        policy, clock, lock = engine.policy, engine.clock, engine.lock
+        while not done():
+            now = clock.now()
+            batch = policy.take_instant_for_host(now)
+            if batch is None:
+                engine.host.wait(engine.poll)
+                continue
+            lock.release()
+            try:
+                self._run_taken(batch, now)
+            finally:
+                lock.acquire()
+
+    def lends_here(self) -> bool:
+        """Whether the calling thread is the one lent to the instants now."""
+        return self._instants == _get_ident()
 
     def _done(self) -> None:
         """Give the update back to the policy, and wake whom it asks for."""

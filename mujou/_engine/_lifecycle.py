@@ -119,7 +119,7 @@ class Engine(Instants):
         assert not lent or (self.virtual and isinstance(threading.current_thread(), HookThread))
         self.lent: Lent | None = Lent(self) if lent else None
         # The host's thread runs due worker updates while it waits (NOTE [ the host lends its thread ]).
-        self.lender: Lender | None = Lender(self) if not self.virtual and workers > 0 else None
+        self.lender: Lender | None = Lender(self) if workers > 0 and not lent else None
         self._threads: list[threading.Thread] = [
             HookThread(
                 target=guarded, args=(self, i + 1, worker_main, i), name=f"mujou-worker-{i}", daemon=True
@@ -357,12 +357,16 @@ class Engine(Instants):
         with self.lock:
             self._notify_host()
 
-    def host_wait(self, done: Callable[[], bool]) -> None:
+    def host_wait(self, done: Callable[[], bool], *, lend: bool = False) -> None:
         """With the lock held, wait until ``done()`` (cheap, no user code), looking every ``poll``;
-        on the thread that lends itself as worker 0, doing worker 0's work meanwhile."""
+        on the thread that lends itself as worker 0, doing worker 0's work meanwhile; with
+        ``lend`` (virtual timer, the thread ``Lender.begin_instants`` lent), running the
+        instants' worker updates meanwhile."""
         lent = self.lent
         if lent is not None and lent.here():
             lent.work(done)
+        elif lend and self.lender is not None:
+            self.lender.lend_instants(done)
         while not done():
             self.host.wait(self.poll)
 

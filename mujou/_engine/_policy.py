@@ -47,6 +47,7 @@ class Policy(Ending):
         "gil",
         "holder",
         "host_defers",
+        "host_lends",
         "host_pause",
         "instant",
         "jobs",
@@ -112,6 +113,10 @@ class Policy(Ending):
         # Set by the engine during a host write's arrivals only: they wake no worker, as idle
         # workers look often meanwhile (NOTE [ the host lends its thread ] in _batches).
         self.host_defers = False
+        # Virtual timer: a host thread runs the instants' worker updates while it advances
+        # the time (``_lend.Lender.lend_instants``): an instant wakes no worker when one would
+        # be all (NOTE [ the host lends its thread ] in _batches).
+        self.host_lends = False
 
     # -- holders ---------------------------------------------------------------------------
 
@@ -147,10 +152,15 @@ class Policy(Ending):
         self._wake_everyone()
 
     def start_instant(self) -> None:
-        """Virtual timer: the time moved to the next instant; its nodes are due."""
+        """Virtual timer: the time moved to the next instant; its nodes are due. While a host
+        thread lends itself (``host_lends``) it is woken instead of a lone worker."""
         self.instant = True
         self.wake = True
-        self.wake_workers = 2
+        if self.host_lends:
+            self.wake_host = True
+            self.wake_workers = 2 if self.workers > 1 else 0
+        else:
+            self.wake_workers = 2
         self.wake_nodes = list(self.dedicated)
 
     def pause(self) -> None:
