@@ -221,12 +221,12 @@ class Agent:
                 if connection is not None:
                     connection.close()
         self._log(f"mujou agent: started process {launch.name!r} (pid {process.pid})")
-        heard = time.monotonic()
+        heard = sent = time.monotonic()
         with contextlib.suppress(OSError):
             lifeline.send_bytes(life.frame(life.PID, process.pid or 0))
         try:
             while process.exitcode is None:
-                ready = wait([lifeline, process.sentinel], beat)
+                ready = wait([lifeline, process.sentinel], max(0.0, sent + beat - time.monotonic()))
                 now = time.monotonic()
                 if lifeline in ready:
                     try:
@@ -247,8 +247,10 @@ class Agent:
                     )
                     process.kill()
                     break
-                with contextlib.suppress(OSError):
-                    lifeline.send_bytes(life.frame(life.ALIVE))
+                if now - sent >= beat:  # once a beat: not in answer to each frame
+                    sent = now
+                    with contextlib.suppress(OSError):
+                        lifeline.send_bytes(life.frame(life.ALIVE))
             process.join()
             code = process.exitcode
             assert code is not None

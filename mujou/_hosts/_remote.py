@@ -264,10 +264,10 @@ class RemoteProcess:
 
     def _watch(self) -> None:
         beat = life.interval(self._timeout)
-        heard = time.monotonic()
+        heard = sent = time.monotonic()
         lifeline = self._lifeline
         while True:
-            ready = lifeline.poll(beat)
+            ready = lifeline.poll(max(0.0, sent + beat - time.monotonic()))
             now = time.monotonic()
             if ready:
                 try:
@@ -287,8 +287,10 @@ class RemoteProcess:
                     None, f"on host {self.host!r} was lost: its host did not answer for {self._timeout:g} s"
                 )
                 return
-            with self._lock, contextlib.suppress(OSError):
-                lifeline.send_bytes(life.frame(life.ALIVE))
+            if now - sent >= beat:  # once a beat: not in answer to each frame (a storm of both ends)
+                sent = now
+                with self._lock, contextlib.suppress(OSError):
+                    lifeline.send_bytes(life.frame(life.ALIVE))
 
     def _end(self, code: int | None, reason: str | None) -> None:
         with self._lock:
