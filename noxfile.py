@@ -30,7 +30,7 @@ TORCH = "torch==2.13.0"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 #: The extras of Mujou that the shared environment installs, for every session: a session
 #: needing another extra gets it by adding the extra here.
-EXTRAS = ("test", "typing", "lint", "docs", "plot", "record")
+EXTRAS = ("test", "typing", "lint", "docs", "plot", "record", "ray")
 #: What the sessions need beside Mujou's extras: nox (typecheck reads noxfile.py) and build.
 TOOLS = ("nox", "build")
 REPO = Path(__file__).resolve().parent
