@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, vt
+from _support import HANG_GUARD, Bag, vt, wait_until
 
 import mujou
 from mujou import Input, Node, Output
@@ -452,6 +453,131 @@ def test_real_time_drops_and_counts_what_the_writer_cannot_take(tmp_path: Path) 
     assert len(file.messages) + recorder.lost == burst.sent
     assert file.metadata["mujou"]["timer"] == "real"
     assert {m.sequence for m in file.messages} == {0}
+
+
+class Ticking(Node):
+    """Sends its count each update (on a worker, or on a dedicated thread)."""
+
+    out = Output()
+
+    def __init__(self, *, dedicated_thread: bool = False) -> None:
+        super().__init__(period=0.05, seed=0, dedicated_thread=dedicated_thread)
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        self.count += 1
+        self.out.send(torch.full((4,), float(self.count)))
+
+
+@pytest.mark.rule("record.real-time-copy")
+def test_real_time_messages_reach_the_file_while_the_run_goes(tmp_path: Path) -> None:
+    """Under the real-time timer the messages kept by the hooks are copied as the run goes by
+    the thread about to wait: a worker, and a dedicated node's own thread (the worker parks
+    for good there: nothing else is due on it). The host waits on its own, not in a run's
+    call, so that its thread copies nothing. Planted: a dedicated thread that waits without
+    copying (its run's messages reach the recorder process only at the end: the wait fails),
+    and the same of a worker."""
+    for dedicated in (False, True):  # 20 messages a second: the tap's bound is not reached
+        path = tmp_path / f"live-{dedicated}.mcap"
+        recorder = mujou.Recorder(path)
+        with mujou.run(Bag(n=Ticking(dedicated_thread=dedicated)), workers=1, record=recorder):
+            wait_until(lambda: recorder.messages >= 5, f"5 messages taken (dedicated: {dedicated})")
+        assert recorder.lost == 0
+        values = [tensor_of(m.value)[0].item() for m in read(path).on("/n/out")]
+        assert values == [float(k) for k in range(1, len(values) + 1)]
+
+
+class Mixed(Node):
+    """In its first updates sends, on one port, small tensors (more than the tap keeps), a
+    nest, a large tensor, then small ones again, numbered in the order sent."""
+
+    out: Output[Any] = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.02, seed=0)
+        self.sent = 0
+        self.updates = 0
+
+    def _small(self, n: int) -> None:
+        for _ in range(n):
+            self.sent += 1
+            self.out.send(torch.full((4,), float(self.sent)))
+
+    def on_update(self, dt: float) -> None:
+        self.updates += 1
+        if self.updates > 3:
+            return
+        self._small(1500)
+        self.sent += 1
+        self.out.send({"n": torch.tensor([float(self.sent)])})
+        self.sent += 1
+        self.out.send(torch.full((40_000,), float(self.sent)))  # 160 kB: copied at once
+        self._small(200)
+
+
+@pytest.mark.rule("record.real-time-copy", "record.time")
+def test_real_time_keeps_each_ports_order_and_stamps(tmp_path: Path) -> None:
+    """Small tensors kept by the tap, past its bound, and a nest and a large tensor copied at
+    once, all on one port: the file has them in the order sent, each with its update's stamp,
+    none lost. Planted: the kept messages copied newest first, and a large message copied
+    before the small ones kept before it (both: the order in the file differs)."""
+    path = tmp_path / "order.mcap"
+    mixed = Mixed()
+    recorder = mujou.Recorder(path, queue=1 << 20)
+    with mujou.run(Bag(m=mixed), workers=1, record=recorder) as run:
+        wait_until(lambda: mixed.updates > 3, "three updates")
+        run.stop()
+    assert recorder.lost == 0
+    messages = read(path).on("/m/out")
+    values = []
+    for message in messages:
+        parsed = message.value
+        tensor = tensor_of(parsed.n) if hasattr(parsed, "n") else tensor_of(parsed)
+        values.append(tensor[0].item())
+    assert values == [float(k) for k in range(1, mixed.sent + 1)]
+    per_update = len(messages) // 3
+    stamps = [m.log_time for m in messages]
+    for k in range(3):
+        assert len(set(stamps[k * per_update : (k + 1) * per_update])) == 1
+    assert stamps[0] < stamps[per_update] < stamps[2 * per_update]
+    assert {m.sequence for m in messages} == {0}
+
+
+class Changer(Node):
+    """Sends a tensor with copy=False and changes it afterwards (against ports.send-no-copy),
+    then sends a clean one, in its first update; the host waits for ``done``."""
+
+    out = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.done = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        if self.done.is_set():
+            return
+        kept = torch.ones(4)
+        self.out.send(kept, copy=False)
+        kept.add_(1.0)
+        self.out.send(torch.full((4,), 7.0))
+        self.done.set()
+
+
+@pytest.mark.rule("record.real-time-copy", "record.lost")
+def test_a_message_changed_after_it_was_sent_is_counted_not_written(tmp_path: Path) -> None:
+    """The tap keeps a reference; a tensor the node changed before it was copied is dropped
+    and counted, never written changed. One worker, and a host that waits on an event: no
+    thread can copy between the send and the change. Planted: no version check at the copy
+    (the file holds [2, 2, 2, 2])."""
+    path = tmp_path / "changed.mcap"
+    changer = Changer()
+    recorder = mujou.Recorder(path)
+    with mujou.run(Bag(c=changer), workers=1, record=recorder):
+        assert changer.done.wait(HANG_GUARD)
+    assert recorder.lost == 1
+    file = read(path)
+    assert [tensor_of(m.value).tolist() for m in file.on("/c/out")] == [[7.0] * 4]
+    assert file.metadata["mujou.end"]["lost"] == "1"
 
 
 @pytest.mark.rule("record.keyframes")
