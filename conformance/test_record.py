@@ -8,6 +8,7 @@ viewer would read it, not through Mujou's reader.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import signal
 import subprocess
@@ -469,6 +470,10 @@ class Ticking(Node):
         self.out.send(torch.full((4,), float(self.count)))
 
 
+def _taken(recorder: mujou.Recorder, count: int) -> bool:
+    return recorder.messages >= count
+
+
 @pytest.mark.rule("record.real-time-copy")
 def test_real_time_messages_reach_the_file_while_the_run_goes(tmp_path: Path) -> None:
     """Under the real-time timer the messages kept by the hooks are copied as the run goes by
@@ -481,7 +486,7 @@ def test_real_time_messages_reach_the_file_while_the_run_goes(tmp_path: Path) ->
         path = tmp_path / f"live-{dedicated}.mcap"
         recorder = mujou.Recorder(path)
         with mujou.run(Bag(n=Ticking(dedicated_thread=dedicated)), workers=1, record=recorder):
-            wait_until(lambda: recorder.messages >= 5, f"5 messages taken (dedicated: {dedicated})")
+            wait_until(functools.partial(_taken, recorder, 5), f"5 messages taken (dedicated: {dedicated})")
         assert recorder.lost == 0
         values = [tensor_of(m.value)[0].item() for m in read(path).on("/n/out")]
         assert values == [float(k) for k in range(1, len(values) + 1)]
