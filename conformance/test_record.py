@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, vt, wait_until
+from _support import HANG_GUARD, Bag, hang_guard, vt, wait_until
 
 import mujou
 from mujou import Input, Node, Output
@@ -239,6 +239,7 @@ def test_every_message_is_in_the_file_as_a_viewer_reads_it(tmp_path: Path) -> No
         "device": "cpu",
         "kind": "tensor",
         "layout": '"tensor"',
+        "direction": "output",
     }
     assert topics["/plus/out"].metadata["period"] == ""
     assert topics["/counter/nest"].metadata["kind"] == "structured"
@@ -656,8 +657,8 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         mujou.run(net, timer=vt(), record=3)
     with pytest.raises(
         ValueError,
-        match=r"^outputs: 'counter.nope' is not an output of this net; its outputs are "
-        r"'counter.out', 'counter.nest', 'plus.out'$",
+        match=r"^outputs: 'counter.nope' is not an output of this net, nor an input without a source; "
+        r"those are 'counter.out', 'counter.nest', 'plus.out'$",
     ):
         mujou.run(net, timer=vt(), record=mujou.Recorder(tmp_path / "b.mcap", outputs=["counter.nope"]))
     with pytest.raises(OSError, match=r"cannot write the recording"):
@@ -714,3 +715,116 @@ def test_outputs_of_other_processes_are_recorded_as_the_host_sees_them(tmp_path:
     assert {m.sequence for m in ticks} == {0}
     assert [tensor_of(m.value).item() for m in echoes] == [2.0, 4.0, 6.0, 8.0]
     assert recorder.lost == 0
+
+
+@pytest.mark.rule("record.processes", "record.writes")
+def test_on_start_messages_and_writes_in_other_processes_are_recorded(tmp_path: Path) -> None:
+    """A node in another process: both messages of its on_start are in the file, then its
+    updates', and the host's writes on its input (inputs= and run.write) as that input's
+    messages. Planted: the recording begun after the processes started (the on_start messages
+    are missing), and no mirror of a written input of another process (its channel is missing)."""
+    from _replay_nodes import Greeter
+
+    path = tmp_path / "greet.mcap"
+    greeter = Greeter()
+    recorder = mujou.Recorder(path)
+    with mujou.run(
+        Bag(g=greeter),
+        timer=vt(),
+        processes={"p": greeter},
+        inputs={greeter.x: torch.tensor(10.0)},
+        record=recorder,
+    ) as run:
+        run.sleep(0.5)
+        run.write(greeter.x, torch.tensor(20.0))
+        run.sleep(0.5)
+    file = read(path)
+    assert [tensor_of(m.value).item() for m in file.on("/g/out")] == [-1.0, -2.0, 11.0, 12.0, 23.0, 24.0]
+    written = file.on("/g/x")
+    assert [tensor_of(m.value).item() for m in written] == [10.0, 20.0]
+    assert [m.log_time for m in written] == [0, 500_000_000]
+    assert written[0].channel.metadata["direction"] == "input"
+    assert {m.sequence for m in file.messages} == {0}
+    assert recorder.lost == 0
+
+
+class Doubler(Node):
+    """Triggered by ``x`` (the host's): sends 2 x."""
+
+    x = Input()
+    out = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        assert x is not None
+        self.out.send(2 * x)
+
+
+class Reader(Node):
+    """Triggered by ``x``: keeps what it read."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+        self.seen: list[float] = []
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        assert x is not None
+        self.seen.append(x.item())
+
+
+def _writes(run: mujou.Run, doubler: Doubler) -> None:
+    """The host's calls of the recorded run, and of its replay."""
+    run.sleep(0.1)
+    run.write(doubler.x, torch.tensor(1.0))
+    run.sleep(0)
+    run.write(doubler.x, torch.tensor(2.0))
+    run.sleep(0.1)
+
+
+@pytest.mark.rule("record.writes", "record.channels", "record.read-ports", "record.read-check-net")
+def test_host_writes_are_recorded_as_the_inputs_messages(tmp_path: Path) -> None:
+    """inputs= and run.write on an input without a source: the input's channel, each write at
+    its stamp, its sequence the microstep its woken node's update follows; the reader shows the
+    port as an input, check_net accepts it, and a replay of the node replays its outputs, not
+    its inputs. Planted: inputs left out of the recorded ports (no /d/x channel), the reader
+    calling every port an output (check_net and the replay refuse /d/x), and the replay sending
+    a recorded input (the replay fails)."""
+    path = tmp_path / "writes.mcap"
+
+    def net() -> tuple[Bag, Doubler, Reader]:
+        doubler, reader = Doubler(), Reader()
+        bag = Bag(d=doubler, r=reader)
+        bag.connect(doubler.out, reader.x)
+        return bag, doubler, reader
+
+    bag, doubler, reader = net()
+    with mujou.run(bag, timer=vt(), inputs={doubler.x: torch.tensor(0.5)}, record=path) as run:
+        _writes(run, doubler)
+    recorded = reader.seen
+    file = read(path)
+    written, doubled = file.on("/d/x"), file.on("/d/out")
+    assert [tensor_of(m.value).item() for m in written] == [0.5, 1.0, 2.0]
+    assert [m.log_time for m in written] == [0, 100_000_000, 100_000_000]
+    assert [tensor_of(m.value).item() for m in doubled] == [1.0, 2.0, 4.0]
+    for write, answer in zip(written, doubled, strict=True):  # trigger.host: the next microstep
+        assert (answer.log_time, answer.sequence) == (write.log_time, write.sequence + 1)
+    assert written[0].channel.metadata["direction"] == "input"
+    assert doubled[0].channel.metadata["direction"] == "output"
+    bag, doubler, reader = net()
+    with mujou.Recording(path) as recording:
+        assert recording.ports["d.x"].direction == "input"
+        assert recording.ports["d.out"].direction == "output"
+        recording.check_net(bag)
+        replay = mujou.Replay(recording, nodes=["d"])
+        with (
+            hang_guard(HANG_GUARD),
+            mujou.run(bag, timer=vt(), inputs={doubler.x: torch.tensor(0.5)}, replay=replay) as run,
+        ):
+            _writes(run, doubler)
+    assert reader.seen == recorded == [1.0, 2.0, 4.0]

@@ -371,20 +371,17 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 MISMATCHES = {
     "unknown": r"^Replay nodes 'camara' are not nodes of the net; its nodes: 'camera', 'detector', 'sink'$",
     "dtype": (
-        r"^the recording does not fit the net: port 'camera\.frame' is declared float64, but the "
-        r"recording holds float32$"
+        r"^the recording does not fit the net: 'camera\.frame': the port declares dtype float64, the "
+        r"recording's is float32$"
     ),
-    "missing": (
-        r"^the recording does not fit the net: output\(s\) 'camera\.depth' of node 'camera' are "
-        r"not in the recording$"
-    ),
+    "missing": r"^the recording does not fit the net: 'camera\.depth' is not in the recording$",
     "extra": (
-        r"^the recording does not fit the net: the recording's port\(s\) 'camera\.depth' are not "
-        r"outputs of node 'camera'$"
+        r"^the recording does not fit the net: 'camera\.depth' is recorded, but node 'camera' has no "
+        r"output 'depth'$"
     ),
     "left out": (
-        r"^the recording does not fit the net: output\(s\) 'camera\.depth' of node 'camera' were "
-        r"left out of the recording \(Recorder\(outputs=\)\); a replaced node's outputs must all be recorded$"
+        r"^the recording does not fit the net: 'camera\.depth' was left out of the recording "
+        r"\(Recorder\(outputs=\)\)$"
     ),
     "rate": r"^Replay rate=2\.0 is for the real-time timer",
     "both": r"^give the replay's first state either as Replay\(start=\)",

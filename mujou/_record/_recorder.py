@@ -834,30 +834,31 @@ def _open(path: Path) -> int:
 
 
 def _channels(recorder: Recorder, nodes: Sequence[Node]) -> list[_Channel]:
-    """The recorded outputs, checked: ValueError naming a port that is not an output of the net."""
-    from .._ports import Output
+    """The recorded ports, checked: ValueError naming a port that is neither an output of the
+    net nor an input without a source (which the host writes: :ref:`record.writes`)."""
+    from .._ports import Input, Output
 
     outputs: dict[str, _Port] = {}
     for node in nodes:
         for port in node._mujou.ports.values():
-            if isinstance(port, Output):
+            if isinstance(port, Output) or (isinstance(port, Input) and port.source is None):
                 outputs[port.name] = port
     if recorder._outputs is None:
         chosen = list(outputs.values())
     else:
         chosen = []
         for item in recorder._outputs:
-            name = item.name if isinstance(item, Output) and item._node is not None else item
+            name = item.name if isinstance(item, Output | Input) and item._node is not None else item
             if not isinstance(name, str):
                 raise TypeError(
                     "outputs must hold Output ports or port names ('node.port'), "
                     f"got {type(item).__name__}: {shown(item)}"
                 )
             found = outputs.get(name)
-            if found is None or (isinstance(item, Output) and item is not found):
+            if found is None or (isinstance(item, Output | Input) and item is not found):
                 raise ValueError(
-                    f"outputs: {name!r} is not an output of this net; its outputs are "
-                    f"{', '.join(map(repr, outputs)) or 'none'}"
+                    f"outputs: {name!r} is not an output of this net, nor an input without a "
+                    f"source; those are {', '.join(map(repr, outputs)) or 'none'}"
                 )
             if found not in chosen:
                 chosen.append(found)
@@ -881,6 +882,7 @@ def _channels(recorder: Recorder, nodes: Sequence[Node]) -> list[_Channel]:
                     "device": str(node.device),
                     "kind": "",
                     "layout": "",
+                    "direction": "output" if isinstance(port, Output) else "input",
                 },
             )
         )
