@@ -93,8 +93,9 @@ class Recorder:
     Args:
         path: The MCAP file to write (created when the run starts; an existing one is
             replaced). None with ``snapshot`` (and only then).
-        outputs: The outputs to record: Output ports or their names (``"node.port"``); None
-            records every output of the net.
+        outputs: The ports to record: outputs, and inputs without a source (the host's
+            writes, :ref:`record.writes`), as ports or their names (``"node.port"``); None
+            records all of them.
         state_every: Timer seconds between two keyframes (the run's state tree, as
             ``mujou.save`` writes it), the first at the run's start; None writes none.
         compression: ``"zstd"``, ``"lz4"`` or None: how each chunk is compressed.
