@@ -60,7 +60,8 @@ def start(
     """Start the run's processes and the host's engine; on any failure, nothing is left.
 
     ``record`` begins the run's recording once the processes are spawned, before any on_start
-    (record.processes); it returns what removes the recording if the start fails after it.
+    (after the restore of ``state``: record.processes); it returns what removes the recording
+    if the start fails after it.
     """
     restore, meta = (None, {}) if state is None else check_state(nodes, state)
     try:
@@ -86,7 +87,7 @@ def start(
         forget_messages(nodes)
         seed_nodes(nodes, seed)  # before the nodes are packed: each process gets their generators
         processes.spawn(workers, virtual=engine.virtual, scale=_scale(timer))
-        if record is not None:
+        if record is not None and restore is None:
             discard = record(engine, processes)
         if restore is None:
             processes.start(None)
@@ -96,6 +97,10 @@ def start(
                 problems = [f"node {name!r}: {text}" for name, text in errors]
                 raise ValueError(mismatch_message(problems))
             processes.restore_schedule(meta)
+            if record is not None:
+                # After the restore: the saved messages it publishes are no messages of this
+                # run, and another process's reach the host on a connection of their own.
+                discard = record(engine, processes)
         for port, message in first.items():
             group = processes.group_of(port.node)
             if group is None:
