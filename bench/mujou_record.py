@@ -114,11 +114,47 @@ def record_throughput(nbytes: int, count: int, compression: str | None = None) -
 
 
 def fleet_recorded(n: int, seconds: float) -> Metrics:
-    """The fleet (bench/mujou_system.py), once plain and once with every output recorded."""
+    """The fleet (bench/mujou_system.py), once plain and once with every output recorded; and
+    what one send costs the hook that sends ``n`` in a row (as the fleet's nodes due together
+    on one worker do), plain and recorded: the tap's share of the lateness, which the machine's
+    load moves far less than the lateness itself."""
     plain = mujou_system.fleet(n, seconds, workers=1)
     with tempfile.TemporaryDirectory() as folder:
         recorded = mujou_system.fleet(n, seconds, workers=1, record_to=str(Path(folder) / "fleet.mcap"))
+        send_plain = send_cost(n, seconds / 2, None)
+        send_recorded = send_cost(n, seconds / 2, mujou.Recorder(Path(folder) / "sends.mcap"))
     found: dict[str, Any] = {f"plain_{key}": value for key, value in plain.items()}
     found.update({f"recorded_{key}": value for key, value in recorded.items()})
     found["added_p99_ms"] = recorded["lateness_p99_ms"] - plain["lateness_p99_ms"]
+    found["send_us_plain"] = send_plain
+    found["send_us_recorded"] = send_recorded
     return found
+
+
+class Sends(Node):
+    """Sends ``n`` small tensors in a row in each update, timing them."""
+
+    out = Output()
+
+    def __init__(self, n: int) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.tensors = [torch.rand(16) for _ in range(n)]
+        self.times: list[float] = []
+
+    def on_update(self, dt: float) -> None:
+        send = self.out.send
+        began = time.perf_counter()
+        for tensor in self.tensors:
+            send(tensor, copy=False)
+        self.times.append(time.perf_counter() - began)
+
+
+def send_cost(n: int, seconds: float, record: mujou.Recorder | None) -> float:
+    """The median µs of one send of ``n`` in a row in a hook (real-time timer, one worker)."""
+    sends = Sends(n)
+    net = mujou.Net()
+    net.sends = sends
+    with mujou.run(net, workers=1, record=record) as run:
+        run.sleep(seconds)
+    times = sorted(sends.times[len(sends.times) // 10 :])  # the first updates warm up
+    return 1e6 * times[len(times) // 2] / n

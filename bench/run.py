@@ -1058,6 +1058,11 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             f"p99 {_ms(m['plain_lateness_p99_ms'])} → {_ms(m['recorded_lateness_p99_ms'])} "
             f"(+{1e3 * m['added_p99_ms']:.0f} µs), share {m['plain_share']:.3f} → "
             f"{m['recorded_share']:.3f}"
+            + (
+                f"; a send of 100 in a row {m['send_us_plain']:.2f} → {m['send_us_recorded']:.2f} µs"
+                if "send_us_plain" in m
+                else ""
+            )
         )
     if workload == RECORD_SEEK:
         return (

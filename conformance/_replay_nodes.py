@@ -86,3 +86,24 @@ class Pipeline(Net):
         self.sink = Sink()
         self.connect(self.camera.frame, self.detector.frame)
         self.connect(self.detector.boxes, self.sink.boxes)
+
+
+class Greeter(Node):
+    """Periodic: two messages in on_start, then its count plus what the host wrote on ``x``
+    (recording with processes: conformance/test_record.py)."""
+
+    x = Input(optional=True)
+    out = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=0)
+        self.count = 0
+
+    def on_start(self) -> None:
+        self.out.send(torch.tensor(-1.0))
+        self.out.send(torch.tensor(-2.0))
+
+    def on_update(self, dt: float) -> None:
+        self.count += 1
+        written = self.x.read()
+        self.out.send(torch.tensor(float(self.count)) + (0.0 if written is None else written))

@@ -8,11 +8,13 @@ viewer would read it, not through Mujou's reader.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import torch
-from _support import HANG_GUARD, Bag, vt
+from _support import HANG_GUARD, Bag, hang_guard, vt, wait_until
 
 import mujou
 from mujou import Input, Node, Output
@@ -237,6 +239,7 @@ def test_every_message_is_in_the_file_as_a_viewer_reads_it(tmp_path: Path) -> No
         "device": "cpu",
         "kind": "tensor",
         "layout": '"tensor"',
+        "direction": "output",
     }
     assert topics["/plus/out"].metadata["period"] == ""
     assert topics["/counter/nest"].metadata["kind"] == "structured"
@@ -454,6 +457,135 @@ def test_real_time_drops_and_counts_what_the_writer_cannot_take(tmp_path: Path) 
     assert {m.sequence for m in file.messages} == {0}
 
 
+class Ticking(Node):
+    """Sends its count each update (on a worker, or on a dedicated thread)."""
+
+    out = Output()
+
+    def __init__(self, *, dedicated_thread: bool = False) -> None:
+        super().__init__(period=0.05, seed=0, dedicated_thread=dedicated_thread)
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        self.count += 1
+        self.out.send(torch.full((4,), float(self.count)))
+
+
+def _taken(recorder: mujou.Recorder, count: int) -> bool:
+    return recorder.messages >= count
+
+
+@pytest.mark.rule("record.real-time-copy")
+def test_real_time_messages_reach_the_file_while_the_run_goes(tmp_path: Path) -> None:
+    """Under the real-time timer the messages kept by the hooks are copied as the run goes by
+    the thread about to wait: a worker, and a dedicated node's own thread (the worker parks
+    for good there: nothing else is due on it). The host waits on its own, not in a run's
+    call, so that its thread copies nothing. Planted: a dedicated thread that waits without
+    copying (its run's messages reach the recorder process only at the end: the wait fails),
+    and the same of a worker."""
+    for dedicated in (False, True):  # 20 messages a second: the tap's bound is not reached
+        path = tmp_path / f"live-{dedicated}.mcap"
+        recorder = mujou.Recorder(path)
+        with mujou.run(Bag(n=Ticking(dedicated_thread=dedicated)), workers=1, record=recorder):
+            wait_until(functools.partial(_taken, recorder, 5), f"5 messages taken (dedicated: {dedicated})")
+        assert recorder.lost == 0
+        values = [tensor_of(m.value)[0].item() for m in read(path).on("/n/out")]
+        assert values == [float(k) for k in range(1, len(values) + 1)]
+
+
+class Mixed(Node):
+    """In its first updates sends, on one port, small tensors (more than the tap keeps), a
+    nest, a large tensor, then small ones again, numbered in the order sent."""
+
+    out: Output[Any] = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.02, seed=0)
+        self.sent = 0
+        self.updates = 0
+
+    def _small(self, n: int) -> None:
+        for _ in range(n):
+            self.sent += 1
+            self.out.send(torch.full((4,), float(self.sent)))
+
+    def on_update(self, dt: float) -> None:
+        self.updates += 1
+        if self.updates > 3:
+            return
+        self._small(1500)
+        self.sent += 1
+        self.out.send({"n": torch.tensor([float(self.sent)])})
+        self.sent += 1
+        self.out.send(torch.full((40_000,), float(self.sent)))  # 160 kB: copied at once
+        self._small(200)
+
+
+@pytest.mark.rule("record.real-time-copy", "record.time")
+def test_real_time_keeps_each_ports_order_and_stamps(tmp_path: Path) -> None:
+    """Small tensors kept by the tap, past its bound, and a nest and a large tensor copied at
+    once, all on one port: the file has them in the order sent, each with its update's stamp,
+    none lost. Planted: the kept messages copied newest first, and a large message copied
+    before the small ones kept before it (both: the order in the file differs)."""
+    path = tmp_path / "order.mcap"
+    mixed = Mixed()
+    recorder = mujou.Recorder(path, queue=1 << 20)
+    with mujou.run(Bag(m=mixed), workers=1, record=recorder) as run:
+        wait_until(lambda: mixed.updates > 3, "three updates")
+        run.stop()
+    assert recorder.lost == 0
+    messages = read(path).on("/m/out")
+    values = []
+    for message in messages:
+        parsed = message.value
+        tensor = tensor_of(parsed.n) if hasattr(parsed, "n") else tensor_of(parsed)
+        values.append(tensor[0].item())
+    assert values == [float(k) for k in range(1, mixed.sent + 1)]
+    per_update = len(messages) // 3
+    stamps = [m.log_time for m in messages]
+    for k in range(3):
+        assert len(set(stamps[k * per_update : (k + 1) * per_update])) == 1
+    assert stamps[0] < stamps[per_update] < stamps[2 * per_update]
+    assert {m.sequence for m in messages} == {0}
+
+
+class Changer(Node):
+    """Sends a tensor with copy=False and changes it afterwards (against ports.send-no-copy),
+    then sends a clean one, in its first update; the host waits for ``done``."""
+
+    out = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.done = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        if self.done.is_set():
+            return
+        kept = torch.ones(4)
+        self.out.send(kept, copy=False)
+        kept.add_(1.0)
+        self.out.send(torch.full((4,), 7.0))
+        self.done.set()
+
+
+@pytest.mark.rule("record.real-time-copy", "record.lost")
+def test_a_message_changed_after_it_was_sent_is_counted_not_written(tmp_path: Path) -> None:
+    """The tap keeps a reference; a tensor the node changed before it was copied is dropped
+    and counted, never written changed. One worker, and a host that waits on an event: no
+    thread can copy between the send and the change. Planted: no version check at the copy
+    (the file holds [2, 2, 2, 2])."""
+    path = tmp_path / "changed.mcap"
+    changer = Changer()
+    recorder = mujou.Recorder(path)
+    with mujou.run(Bag(c=changer), workers=1, record=recorder):
+        assert changer.done.wait(HANG_GUARD)
+    assert recorder.lost == 1
+    file = read(path)
+    assert [tensor_of(m.value).tolist() for m in file.on("/c/out")] == [[7.0] * 4]
+    assert file.metadata["mujou.end"]["lost"] == "1"
+
+
 @pytest.mark.rule("record.keyframes")
 def test_real_time_keyframes_are_taken_as_the_run_goes(tmp_path: Path) -> None:
     path = tmp_path / "rtk.mcap"
@@ -525,8 +657,8 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         mujou.run(net, timer=vt(), record=3)
     with pytest.raises(
         ValueError,
-        match=r"^outputs: 'counter.nope' is not an output of this net; its outputs are "
-        r"'counter.out', 'counter.nest', 'plus.out'$",
+        match=r"^outputs: 'counter.nope' is not an output of this net, nor an input without a source; "
+        r"those are 'counter.out', 'counter.nest', 'plus.out'$",
     ):
         mujou.run(net, timer=vt(), record=mujou.Recorder(tmp_path / "b.mcap", outputs=["counter.nope"]))
     with pytest.raises(OSError, match=r"cannot write the recording"):
@@ -583,3 +715,116 @@ def test_outputs_of_other_processes_are_recorded_as_the_host_sees_them(tmp_path:
     assert {m.sequence for m in ticks} == {0}
     assert [tensor_of(m.value).item() for m in echoes] == [2.0, 4.0, 6.0, 8.0]
     assert recorder.lost == 0
+
+
+@pytest.mark.rule("record.processes", "record.writes")
+def test_on_start_messages_and_writes_in_other_processes_are_recorded(tmp_path: Path) -> None:
+    """A node in another process: both messages of its on_start are in the file, then its
+    updates', and the host's writes on its input (inputs= and run.write) as that input's
+    messages. Planted: the recording begun after the processes started (the on_start messages
+    are missing), and no mirror of a written input of another process (its channel is missing)."""
+    from _replay_nodes import Greeter
+
+    path = tmp_path / "greet.mcap"
+    greeter = Greeter()
+    recorder = mujou.Recorder(path)
+    with mujou.run(
+        Bag(g=greeter),
+        timer=vt(),
+        processes={"p": greeter},
+        inputs={greeter.x: torch.tensor(10.0)},
+        record=recorder,
+    ) as run:
+        run.sleep(0.5)
+        run.write(greeter.x, torch.tensor(20.0))
+        run.sleep(0.5)
+    file = read(path)
+    assert [tensor_of(m.value).item() for m in file.on("/g/out")] == [-1.0, -2.0, 11.0, 12.0, 23.0, 24.0]
+    written = file.on("/g/x")
+    assert [tensor_of(m.value).item() for m in written] == [10.0, 20.0]
+    assert [m.log_time for m in written] == [0, 500_000_000]
+    assert written[0].channel.metadata["direction"] == "input"
+    assert {m.sequence for m in file.messages} == {0}
+    assert recorder.lost == 0
+
+
+class Doubler(Node):
+    """Triggered by ``x`` (the host's): sends 2 x."""
+
+    x = Input()
+    out = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        assert x is not None
+        self.out.send(2 * x)
+
+
+class Reader(Node):
+    """Triggered by ``x``: keeps what it read."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+        self.seen: list[float] = []
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        assert x is not None
+        self.seen.append(x.item())
+
+
+def _writes(run: mujou.Run, doubler: Doubler) -> None:
+    """The host's calls of the recorded run, and of its replay."""
+    run.sleep(0.1)
+    run.write(doubler.x, torch.tensor(1.0))
+    run.sleep(0)
+    run.write(doubler.x, torch.tensor(2.0))
+    run.sleep(0.1)
+
+
+@pytest.mark.rule("record.writes", "record.channels", "record.read-ports", "record.read-check-net")
+def test_host_writes_are_recorded_as_the_inputs_messages(tmp_path: Path) -> None:
+    """inputs= and run.write on an input without a source: the input's channel, each write at
+    its stamp, its sequence the microstep its woken node's update follows; the reader shows the
+    port as an input, check_net accepts it, and a replay of the node replays its outputs, not
+    its inputs. Planted: inputs left out of the recorded ports (no /d/x channel), the reader
+    calling every port an output (check_net and the replay refuse /d/x), and the replay sending
+    a recorded input (the replay fails)."""
+    path = tmp_path / "writes.mcap"
+
+    def net() -> tuple[Bag, Doubler, Reader]:
+        doubler, reader = Doubler(), Reader()
+        bag = Bag(d=doubler, r=reader)
+        bag.connect(doubler.out, reader.x)
+        return bag, doubler, reader
+
+    bag, doubler, reader = net()
+    with mujou.run(bag, timer=vt(), inputs={doubler.x: torch.tensor(0.5)}, record=path) as run:
+        _writes(run, doubler)
+    recorded = reader.seen
+    file = read(path)
+    written, doubled = file.on("/d/x"), file.on("/d/out")
+    assert [tensor_of(m.value).item() for m in written] == [0.5, 1.0, 2.0]
+    assert [m.log_time for m in written] == [0, 100_000_000, 100_000_000]
+    assert [tensor_of(m.value).item() for m in doubled] == [1.0, 2.0, 4.0]
+    for write, answer in zip(written, doubled, strict=True):  # trigger.host: the next microstep
+        assert (answer.log_time, answer.sequence) == (write.log_time, write.sequence + 1)
+    assert written[0].channel.metadata["direction"] == "input"
+    assert doubled[0].channel.metadata["direction"] == "output"
+    bag, doubler, reader = net()
+    with mujou.Recording(path) as recording:
+        assert recording.ports["d.x"].direction == "input"
+        assert recording.ports["d.out"].direction == "output"
+        recording.check_net(bag)
+        replay = mujou.Replay(recording, nodes=["d"])
+        with (
+            hang_guard(HANG_GUARD),
+            mujou.run(bag, timer=vt(), inputs={doubler.x: torch.tensor(0.5)}, replay=replay) as run,
+        ):
+            _writes(run, doubler)
+    assert reader.seen == recorded == [1.0, 2.0, 4.0]

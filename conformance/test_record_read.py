@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from _support import Bag
 
 import mujou
 
@@ -419,6 +420,42 @@ def test_check_net_names_the_ports_that_do_not_match(recording: Path) -> None:
         assert "'sensor.reading' is recorded, but node 'sensor' has no output 'reading'" in str(raised.value)
         with pytest.raises(TypeError, match="nodes must be nodes of the net"):
             read.check_net(net, [Sensor()])
+
+
+class Quiet(mujou.Node):
+    """Sends on ``said``, never on ``silent``."""
+
+    said = mujou.Output()
+    silent = mujou.Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.1, seed=0)
+
+    def on_update(self, dt: float) -> None:
+        self.said.send(torch.ones(2))
+
+
+@pytest.mark.rule("record.read-check-net")
+def test_check_net_takes_an_output_that_sent_nothing_and_names_one_left_out(tmp_path: Path) -> None:
+    """An output recorded but silent has no channel and matches; one left out by outputs=
+    does not. Planted: the recorded net's outputs not consulted (q.silent "is not in the
+    recording" in the first file), and outputs= not consulted (the second file passes)."""
+    every, chosen = tmp_path / "every.mcap", tmp_path / "chosen.mcap"
+    for path, outputs in ((every, None), (chosen, ["q.said"])):
+        with mujou.run(
+            Bag(q=Quiet()), timer=mujou.VirtualTimer(), record=mujou.Recorder(path, outputs=outputs)
+        ) as run:
+            run.sleep(0.3)
+    net = Bag(q=Quiet())
+    with opened(every) as read:
+        assert sorted(read.ports) == ["q.said"]
+        read.check_net(net)
+    with opened(chosen) as read, pytest.raises(ValueError) as raised:
+        read.check_net(net)
+    assert str(raised.value).endswith(
+        "does not match the net: 'q.silent' was left out of the recording (Recorder(outputs=)); "
+        "record every output"
+    )
 
 
 # --- record.read-info -----------------------------------------------------------------------

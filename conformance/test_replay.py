@@ -328,6 +328,18 @@ class CameraOf64(Camera):
         self.frame.send(torch.rand(2, generator=self.generator, dtype=torch.float64))
 
 
+class CameraOf3(Camera):
+    """Declares frames of 3 (the recording's are of 2): replay.mismatch, a declared shape."""
+
+    frame = Output(spec=TensorSpec(torch.float32, (3,)))
+
+    def on_start(self) -> None:
+        self.frame.send(torch.full((3,), -1.0))
+
+    def on_update(self, dt: float) -> None:
+        self.frame.send(torch.rand(3, generator=self.generator))
+
+
 class CameraWithDepth(Camera):
     depth = Output()
 
@@ -371,20 +383,21 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 MISMATCHES = {
     "unknown": r"^Replay nodes 'camara' are not nodes of the net; its nodes: 'camera', 'detector', 'sink'$",
     "dtype": (
-        r"^the recording does not fit the net: port 'camera\.frame' is declared float64, but the "
-        r"recording holds float32$"
+        r"^the recording does not fit the net: 'camera\.frame': the port declares dtype float64, the "
+        r"recording's is float32$"
     ),
-    "missing": (
-        r"^the recording does not fit the net: output\(s\) 'camera\.depth' of node 'camera' are "
-        r"not in the recording$"
+    "shape": (
+        r"^the recording does not fit the net: 'camera\.frame': the port declares shape \[3\], the "
+        r"recording's is \[2\]$"
     ),
+    "missing": r"^the recording does not fit the net: 'camera\.depth' is not in the recording$",
     "extra": (
-        r"^the recording does not fit the net: the recording's port\(s\) 'camera\.depth' are not "
-        r"outputs of node 'camera'$"
+        r"^the recording does not fit the net: 'camera\.depth' is recorded, but node 'camera' has no "
+        r"output 'depth'$"
     ),
     "left out": (
-        r"^the recording does not fit the net: output\(s\) 'camera\.depth' of node 'camera' were "
-        r"left out of the recording \(Recorder\(outputs=\)\); a replaced node's outputs must all be recorded$"
+        r"^the recording does not fit the net: 'camera\.depth' was left out of the recording "
+        r"\(Recorder\(outputs=\)\); record every output$"
     ),
     "rate": r"^Replay rate=2\.0 is for the real-time timer",
     "both": r"^give the replay's first state either as Replay\(start=\)",
@@ -397,16 +410,20 @@ def test_a_replay_that_does_not_fit_is_refused_before_any_node_starts(
     recordings: dict[str, Any], case: str, opened: Opener
 ) -> None:
     """> Before any node starts, `mujou.run` raises `ValueError` when a name in `nodes` is not
-    a node of the net (the message lists its nodes); when an output of a replaced node is not
-    in the recording, a port the recording holds for a replaced node is not one of its
-    outputs, a port declared with a dtype was recorded with another, or an output of a replaced
-    node was left out by `Recorder(outputs=)` [...]; when `rate` is
-    not `1.0` under the virtual timer [...] and when both `Replay(start=)` and `state=` are
-    given."""
+    a node of the net (the message lists its nodes); when the ports of a replaced node do not
+    match the recording as [](#record.read-check-net) checks them, but for the period [...]:
+    an output of it not recorded [...], a port the recording holds for it that it does not
+    have, a declared kind, dtype or shape recorded otherwise, or an output left out of the
+    recording by `Recorder(outputs=)` [...]; when `rate` is not `1.0` under the virtual timer
+    [...] and when both `Replay(start=)` and `state=` are given.
+
+    Planted (the shape case, added with the check shared with check_net): the replay's check
+    without the declared shape (the run starts)."""
     files = {"extra": "depth", "left out": "no depth"}
     recording = opened(recordings[files.get(case, "camera")])
     cameras: dict[str, Camera] = {
         "dtype": CameraOf64(),
+        "shape": CameraOf3(),
         "missing": CameraWithDepth(),
         "left out": CameraWithDepth(),
     }

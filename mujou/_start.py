@@ -6,10 +6,11 @@ run.start-undone). See the "Running a net" page of the spec.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +34,9 @@ from ._timer import RealTimeTimer, Timer
 from ._trace import TraceRecorder
 from ._tree import mismatch_message
 from ._trigger import trigger_cycle
+
+if TYPE_CHECKING:
+    from ._processes._host import Processes
 
 
 def run(
@@ -127,8 +131,19 @@ def run(
             }
         )
         recorder = None if trace is None else TraceRecorder(trace)  # observe.trace-start
+        began: list[_recording.Session] = []
+        begin: Callable[[Engine, Processes], Callable[[], None]] | None = None
         if wanted is not None:
             _recording.check_outputs(wanted, nodes)  # refused before anything starts
+            begin = functools.partial(
+                _begin_recording,
+                began,
+                wanted,
+                net=net,
+                nodes=nodes,
+                workers=sum(counts.values()),
+                seed=chosen_seed,
+            )
         engine, group = start_processes(
             net,
             nodes,
@@ -140,21 +155,9 @@ def run(
             recorder=recorder,
             seed=chosen_seed,
             replay=replay,
+            record=begin,
         )
-        if wanted is not None:
-            try:
-                recording = _recording.start_with_processes(
-                    wanted,
-                    net=net,
-                    nodes=nodes,
-                    engine=engine,
-                    processes=group,
-                    workers=sum(counts.values()),
-                    seed=chosen_seed,
-                )
-            except BaseException:
-                group.stop()
-                raise
+        recording = began[0] if began else None
         handle = Run.__new__(Run)
         handle._setup(net, engine, group, recording)
         handle._seed = chosen_seed
@@ -221,6 +224,26 @@ def run(
     if progress:
         engine.finishers.append(Progress(handle._progress_sample).finish)
     return handle
+
+
+def _begin_recording(
+    began: list[_recording.Session],
+    recorder: _recording.Recorder,
+    engine: Engine,
+    processes: Processes,
+    *,
+    net: Net,
+    nodes: list[Node],
+    workers: int,
+    seed: int,
+) -> Callable[[], None]:
+    """The recording of a run with processes, begun once they are spawned and before any
+    on_start (record.processes); returns what removes it if the start fails."""
+    session = _recording.start_with_processes(
+        recorder, net=net, nodes=nodes, engine=engine, processes=processes, workers=workers, seed=seed
+    )
+    began.append(session)
+    return session.discard
 
 
 def _process_workers(placement: Placement, workers: int | None) -> dict[str, int]:

@@ -53,7 +53,7 @@ from ._lend import Lender
 from ._policy import Policy
 from ._restore import check_schedule, restore_schedule
 from ._slot import RESTORE, START, Job, Slot
-from ._threads import CpuClocks, Lent, Parking, dedicated_main, guarded, worker_main
+from ._threads import CpuClocks, Lent, Parking, dedicated_main, guarded, idle_work, worker_main
 
 if TYPE_CHECKING:
     from .._messages import Nest
@@ -108,6 +108,9 @@ class Engine(Instants):
         self.real_start = 0.0  # perf_counter() when the timer started, 0.0 before
         self.worker_busy = [0.0] * workers  # real seconds each worker spent in hooks
         self.finishers: list[Callable[[], None]] = []  # run once the run has ended and stopped
+        # Called, without the lock, by a thread about to wait (_threads.idle_work): work that
+        # is put off until no update is to run (the recorder's copies, NOTE [ the recorder's tap ]).
+        self.idle: list[Callable[[], bool]] = []
         if trace is not None:
             self.finishers.append(trace.write)
         self.error_reported = False  # a host call raised the run's error
@@ -403,6 +406,8 @@ class Engine(Instants):
                 return True
             if lender is not None and (until is None or clock.now() < until) and lender.run_one():
                 continue  # it may have made done() true
+            if self.idle and idle_work(self.idle):
+                continue  # time passed
             with self.lock:
                 if self.ended or self.policy.error is not None:
                     return False

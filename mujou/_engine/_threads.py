@@ -6,6 +6,8 @@ Guarantees:
 - Every thread body is guarded: an exception in Mujou's own code on a worker, a dedicated
   thread or the state thread stops the run with ``MujouInternalError`` chained to it, and the
   thread's exit is counted, so ``stop()`` and the host's waits return (run.internal-error).
+- A thread about to wait first calls the engine's ``idle`` callbacks (without the lock),
+  then asks the policy again if one did work: work put off until no update is to run.
 - Idle threads park on a lock of their own (``Parking``): no allocation per wait, and a
   notify for work wakes the worker that parked last, whose caches are the warmest.
 - Only the GIL-independent guarantees of ``threading`` are relied on (``list.pop`` and
@@ -54,6 +56,7 @@ class Engine(UpdateEngine, Protocol):
 
     cpu_clocks: CpuClocks | None
     worker_busy: list[float]
+    idle: list[Callable[[], bool]]
 
     def gate_of(self, slot: Slot) -> int: ...
     def thread_exited(self) -> None: ...
@@ -202,6 +205,8 @@ def _work(
                 return True
             if done is not None and done():  # the policy counts the worker idle: it asks again
                 return False
+            if engine.idle and kind != SPIN and _idle_work_unlocked(engine):
+                continue  # time passed: the policy may have work now
             kept = _idle(engine, w, kind, arg)
             if kept is None:
                 continue
@@ -343,6 +348,8 @@ def dedicated_main(engine: Engine, slot: Slot) -> None:
                 if kind == EXIT:
                     engine.thread_exited()
                     return
+                if engine.idle and _idle_work_unlocked(engine):
+                    continue  # time passed: the policy may have work now
                 parking.wait(gate, None if kind == PARK else arg, False)  # type: ignore[arg-type]  # SLEEP: float
         if kind == RUN:
             assert isinstance(arg, float)
@@ -369,6 +376,25 @@ def state_main(engine: Engine, jobs: list[tuple[Slot, Job]]) -> None:
         run_job(engine, slot, job, holder)
     with engine.lock:
         engine.thread_exited()
+
+
+def idle_work(calls: list[Callable[[], bool]]) -> bool:
+    """Call each of ``calls`` (``Engine.idle``: each does a bounded piece of put-off work and
+    says whether it did any), on a thread about to wait; whether one did work."""
+    did = False
+    for call in calls:
+        if call():
+            did = True
+    return did
+
+
+def _idle_work_unlocked(engine: Engine) -> bool:
+    """With the lock held: :func:`idle_work` without it; whether one did work."""
+    engine.lock.release()
+    try:
+        return idle_work(engine.idle)
+    finally:
+        engine.lock.acquire()
 
 
 def _wait_timed(engine: Engine, w: int, timeout: float, learn: bool) -> bool:

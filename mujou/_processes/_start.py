@@ -7,7 +7,7 @@ restore of ``state``, the first messages of ``inputs``, then the timers at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._engine import Engine
@@ -55,8 +55,14 @@ def start(
     recorder: TraceRecorder | None,
     seed: int,
     replay: Replay | None = None,
+    record: Callable[[Engine, Processes], Callable[[], None]] | None = None,
 ) -> tuple[Engine, Processes]:
-    """Start the run's processes and the host's engine; on any failure, nothing is left."""
+    """Start the run's processes and the host's engine; on any failure, nothing is left.
+
+    ``record`` begins the run's recording once the processes are spawned, before any on_start
+    (after the restore of ``state``: record.processes); it returns what removes the recording
+    if the start fails after it.
+    """
     restore, meta = (None, {}) if state is None else check_state(nodes, state)
     try:
         engine = Engine(placement.host, workers[HOST], timer, recorder)
@@ -75,11 +81,14 @@ def start(
         prepare_hosts(placement, member, virtual=engine.virtual)
     processes = Processes(net, nodes, placement, member, recorder, lockstep=Lockstep)
     remote = [node for nodes_ in placement.groups.values() for node in nodes_]
+    discard: Callable[[], None] | None = None
     try:
         _claim(remote, engine)
         forget_messages(nodes)
         seed_nodes(nodes, seed)  # before the nodes are packed: each process gets their generators
         processes.spawn(workers, virtual=engine.virtual, scale=_scale(timer))
+        if record is not None and restore is None:
+            discard = record(engine, processes)
         if restore is None:
             processes.start(None)
         else:
@@ -88,6 +97,10 @@ def start(
                 problems = [f"node {name!r}: {text}" for name, text in errors]
                 raise ValueError(mismatch_message(problems))
             processes.restore_schedule(meta)
+            if record is not None:
+                # After the restore: the saved messages it publishes are no messages of this
+                # run, and another process's reach the host on a connection of their own.
+                discard = record(engine, processes)
         for port, message in first.items():
             group = processes.group_of(port.node)
             if group is None:
@@ -99,6 +112,8 @@ def start(
         try:
             processes.stop()
         finally:
+            if discard is not None:
+                discard()
             started = engine.threads_started
             engine.abort()
             _unclaim(remote, engine)

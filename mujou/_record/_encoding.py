@@ -158,15 +158,20 @@ def tensor_parts(tensor: torch.Tensor) -> tuple[int, list[Any]]:
     contiguous copy when it is not contiguous), valid while the parts are alive: join them
     (:func:`encode_tensor`) before the tensor can change.
     """
+    tensor, head, nbytes = _prepared(tensor)
+    if not nbytes:
+        return len(head), [head]
+    return len(head) + nbytes, [head, tensor_bytes(tensor)]
+
+
+def _prepared(tensor: torch.Tensor) -> tuple[torch.Tensor, bytes, int]:
+    """``tensor`` detached and contiguous, the bytes of its encoding before its data, and the
+    bytes of its data: what :func:`tensor_parts` and :func:`encode_tensor` start from."""
     if tensor.requires_grad:
         tensor = tensor.detach()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    head = tensor_head(tensor.dtype, tensor.shape)
-    nbytes = tensor.nbytes
-    if not nbytes:
-        return len(head), [head]
-    return len(head) + nbytes, [head, tensor_bytes(tensor)]
+    return tensor, tensor_head(tensor.dtype, tensor.shape), tensor.nbytes
 
 
 def tensor_bytes(tensor: torch.Tensor) -> memoryview:
@@ -208,12 +213,7 @@ def tensor_head(dtype: torch.dtype, shape: tuple[int, ...]) -> bytes:
 
 def encode_tensor(tensor: torch.Tensor) -> bytes:
     """The ``mujou.Tensor`` bytes of a CPU ``tensor`` (one join)."""
-    if tensor.requires_grad:
-        tensor = tensor.detach()
-    if not tensor.is_contiguous():
-        tensor = tensor.contiguous()
-    head = tensor_head(tensor.dtype, tensor.shape)
-    nbytes = tensor.nbytes
+    tensor, head, nbytes = _prepared(tensor)
     if not nbytes:
         return head
     if nbytes < _SMALL_TENSOR:

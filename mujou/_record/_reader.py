@@ -80,6 +80,8 @@ class RecordedPort:
         device: The device the node ran on (``"cpu"``, ``"cuda:0"``).
         messages: How many messages of the port the file holds.
         topic: The MCAP topic of its channel, ``"/node/port"``.
+        direction: ``"output"``, or ``"input"`` for an input without a source whose messages
+            the host wrote (:ref:`record.writes`).
     """
 
     name: str
@@ -92,6 +94,7 @@ class RecordedPort:
     device: str
     messages: int
     topic: str
+    direction: str = "output"
 
 
 @final
@@ -199,6 +202,7 @@ class Recording:
                 device=first.get("device", ""),
                 messages=sum(contents.counts.get(channel_id, 0) for channel_id in ids),
                 topic=topic,
+                direction=first.get("direction", "output"),
             )
         return ports
 
@@ -450,7 +454,7 @@ class Recording:
         """
         from ._check import mismatches
 
-        problems = mismatches(self.ports, net, nodes)
+        problems = mismatches(self, net, nodes)
         if problems:
             shown = "; ".join(problems)
             raise ValueError(f"the recording {self._name!r} does not match the net: {shown}")

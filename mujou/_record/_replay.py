@@ -23,7 +23,6 @@ moves ``rate`` recording seconds per timer second and can be paused and moved (`
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -35,8 +34,8 @@ from .._messages import map_tensors
 from .._node import Node
 from .._numbers import non_negative, positive
 from .._ports import Output
-from .._specs import TensorSpec
 from .._state import META_KEY
+from ._check import node_mismatches
 from ._reader import RecordedMessage, Recording
 
 if TYPE_CHECKING:
@@ -53,31 +52,6 @@ def tag_ns(time: float) -> int:
 def recorded_timer(recording: Recording) -> str:
     """The timer the recording was made under: "virtual", "real", or "" when it does not say."""
     return recording.metadata.get("timer", "")
-
-
-def recorded_outputs(recording: Recording) -> set[str]:
-    """The outputs the recorded net had, by name: a recording has no channel for an output
-    on which the run sent nothing, and the net's structure (its ``mujou.net`` record) tells
-    those from outputs the net did not have."""
-    nodes = recording.net.get("nodes")
-    found: set[str] = set()
-    for node in nodes if isinstance(nodes, list) else ():
-        ports = node.get("ports") if isinstance(node, Mapping) else None
-        for port in ports if isinstance(ports, list) else ():
-            if isinstance(port, Mapping) and port.get("kind") == "output":
-                found.add(f"{node.get('name')}.{port.get('name')}")
-    return found
-
-
-def recorded_choice(recording: Recording) -> set[str] | None:
-    """The outputs the recording was asked to record (its ``mujou`` record's ``outputs``),
-    whether or not they sent; None where the file does not say."""
-    text = recording.metadata.get("outputs", "")
-    try:
-        names = json.loads(text) if text else None
-    except ValueError:
-        return None
-    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else None
 
 
 @final
@@ -198,42 +172,9 @@ class Replay:
                     "(processes=); a replaced node runs in the host's process: leave it out of "
                     "processes="
                 )
-        recorded = dict(self.recording.ports)
-        known = recorded_outputs(self.recording)
-        chosen = recorded_choice(self.recording)
         problems: list[str] = []
-        for name in self.nodes:
-            outputs = {
-                port.name: port for port in by_name[name]._mujou.ports.values() if isinstance(port, Output)
-            }
-            mine = [port for port in recorded if port.rpartition(".")[0] == name]
-            missing = [port for port in outputs if port not in recorded and port not in known]
-            extra = [port for port in mine if port not in outputs]
-            if missing:
-                problems.append(
-                    f"output(s) {', '.join(map(repr, missing))} of node {name!r} are not in the recording"
-                )
-            left_out = [
-                port for port in outputs if chosen is not None and port in known and port not in chosen
-            ]
-            if left_out:
-                problems.append(
-                    f"output(s) {', '.join(map(repr, left_out))} of node {name!r} were left out of the "
-                    "recording (Recorder(outputs=)); a replaced node's outputs must all be recorded"
-                )
-            if extra:
-                problems.append(
-                    f"the recording's port(s) {', '.join(map(repr, extra))} are not outputs of node {name!r}"
-                )
-            for port_name, port in outputs.items():
-                declared = None if port._declared is None else port._declared.tree
-                dtype = recorded[port_name].dtype if port_name in recorded else ""
-                if isinstance(declared, TensorSpec) and declared.dtype is not None and dtype:
-                    want = str(declared.dtype).removeprefix("torch.")
-                    if dtype != want:
-                        problems.append(
-                            f"port {port_name!r} is declared {want}, but the recording holds {dtype}"
-                        )
+        for name in self.nodes:  # record.read-check-net's check, of the replaced nodes
+            problems += node_mismatches(self.recording, by_name[name], name, period=False)
         if problems:
             raise ValueError("the recording does not fit the net: " + "; ".join(problems))
 
@@ -255,7 +196,11 @@ class Replay:
             self._seeks = 0
         channels = self.recording.ports  # an output the run sent nothing on has none
         queues = {name: deque[Queued]() for name in self.nodes}
-        ports = {name: queues[node] for name in channels if (node := name.rpartition(".")[0]) in queues}
+        ports = {
+            name: queues[node]
+            for name, port in channels.items()
+            if port.direction == "output" and (node := name.rpartition(".")[0]) in queues
+        }  # a replaced node's inputs the host wrote are not sent (record.writes)
         feed = _Feed(self.recording, ports, None if state is None else origin)
         for slot in engine.slots:
             if slot.name in queues:
