@@ -184,6 +184,7 @@ class Burst(Node):
     def __init__(self) -> None:
         super().__init__(trigger=mujou.on("go"))
         self.sent = 0
+        self.ended = 0  # the updates that returned: each of their sends has reached every reader
 
     def on_update(self, dt: float) -> None:
         count = self.go.read()
@@ -191,6 +192,7 @@ class Burst(Node):
         for _ in range(int(count.item())):
             self.sent += 1
             self.y.send(torch.tensor([float(self.sent)]))
+        self.ended += 1
 
 
 class BurstNet(Net):

@@ -206,6 +206,9 @@ def test_messages_a_reader_process_skipped_count_as_coalesced() -> None:
         with stopped("reader"):
             run.write(net.burst.go, torch.tensor(50.0))
             run.wait_for(net.burst.y, lambda m: m.item() == 51, timeout=HANG_GUARD)
+            # Message 51 is visible here as its send begins writing it for the reader's
+            # process: go on once the burst's update has returned.
+            wait_until(lambda: net.burst.ended == 2, "the end of the burst's update")
         wait_until(lambda: last() == 51, "the reader's update after the burst")
         run.write(net.burst.go, torch.tensor(1.0))  # after every record of the burst (one pipe)
         wait_until(lambda: last() == 52, "the reader's update for message 52")
