@@ -1,5 +1,7 @@
-"""Local "hosts" for conformance/test_hosts.py: agents (``python -m mujou serve``) started as
-processes of this machine, reached over loopback TCP through the same code as another machine.
+"""Local "hosts" for the tests of several machines (conformance/test_hosts*.py): agents
+(``python -m mujou serve``) started as processes of this machine, reached over loopback TCP
+through the same code as another machine; and ``chain_run``, what the host sees of the Chain
+net under the virtual timer, wherever its groups are placed.
 
 Each agent is a process group of its own, so a test can stop or kill a whole "host".
 """
@@ -12,9 +14,14 @@ import select
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from _support import HANG_GUARD, checkout_environ, is_dead, wait_until
+from _process_nodes import Chain
+from _support import HANG_GUARD, checkout_environ, is_dead, vt, wait_until
+
+import mujou
 
 SECRET = "conformance-secret-" + "0123456789abcdef" * 2
 AGENT_START = 120.0  # real seconds an agent has to import torch and listen, on a busy machine
@@ -103,3 +110,42 @@ def _parents() -> dict[int, list[int]]:
         parent = int(stat.rsplit(")", 1)[1].split()[1])
         parents.setdefault(parent, []).append(int(entry))
     return parents
+
+
+def two_local_hosts(logs: Path) -> Iterator[tuple[LocalHost, LocalHost]]:
+    """Two agents on loopback for a module's tests (a fixture's body), closed after them."""
+    first = LocalHost(logs / "a.log")
+    try:
+        second = LocalHost(logs / "b.log")
+    except BaseException:
+        first.close()
+        raise
+    yield first, second
+    first.close()
+    second.close()
+
+
+def stats_but_busy(run: mujou.Run) -> list[tuple[str, tuple[Any, ...]]]:
+    """Every node's statistics but ``busy`` (real time), in the run's order."""
+    return [
+        (name, (s.updates, s.skipped, s.dt_min, s.dt_mean, s.dt_max, s.lateness_max, dict(s.coalesced)))
+        for name, s in run.stats().nodes.items()
+    ]
+
+
+def chain_run(placing: dict[str, object] | None, net: Chain) -> dict[str, Any]:
+    """Run :class:`Chain` under the virtual timer; everything the host sees of it."""
+    with mujou.run(net, timer=vt(), workers=1, processes=placing) as run:
+        back = run.subscribe(net.back.out)
+        run.sleep(0.75)
+        mid = run.state_dict()
+        run.sleep(0.75)
+        return {
+            "time": run.time,
+            "tree": run.state_dict(),
+            "mid": mid,
+            "back": back.drain(),
+            "reads": [run.read(port) for port in (net.src_a.out, net.left.relay1.out, net.right[1].out)],
+            "stats": stats_but_busy(run),
+            "source": net.left.relay1.x.source is net.src_a.out,
+        }

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import torch
-from _agents import SECRET, LocalHost
+from _agents import SECRET, LocalHost, chain_run, two_local_hosts
 from _process_nodes import Chain, Stalls, Wire, count_of
 from _support import HANG_GUARD, checkout_environ, vt, wait_until
 
@@ -30,42 +30,7 @@ from mujou.testing import state_difference
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalHost, LocalHost]]:
-    logs = tmp_path_factory.mktemp("agents")
-    first = LocalHost(logs / "a.log")
-    try:
-        second = LocalHost(logs / "b.log")
-    except BaseException:
-        first.close()
-        raise
-    yield first, second
-    first.close()
-    second.close()
-
-
-def stats_but_busy(run: mujou.Run) -> list[tuple[str, tuple[Any, ...]]]:
-    """Every node's statistics but ``busy`` (real time), in the run's order."""
-    return [
-        (name, (s.updates, s.skipped, s.dt_min, s.dt_mean, s.dt_max, s.lateness_max, dict(s.coalesced)))
-        for name, s in run.stats().nodes.items()
-    ]
-
-
-def chain_run(placing: dict[str, object] | None, net: Chain) -> dict[str, Any]:
-    """Run :class:`Chain` under the virtual timer; everything the host sees of it."""
-    with mujou.run(net, timer=vt(), workers=1, processes=placing) as run:
-        back = run.subscribe(net.back.out)
-        run.sleep(0.75)
-        mid = run.state_dict()
-        run.sleep(0.75)
-        return {
-            "time": run.time,
-            "tree": run.state_dict(),
-            "mid": mid,
-            "back": back.drain(),
-            "reads": [run.read(port) for port in (net.src_a.out, net.left.relay1.out, net.right[1].out)],
-            "stats": stats_but_busy(run),
-            "source": net.left.relay1.x.source is net.src_a.out,
-        }
+    yield from two_local_hosts(tmp_path_factory.mktemp("agents"))
 
 
 def assert_same(first: Any, second: Any, what: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from _agents import SECRET, LocalHost
+from _agents import SECRET, LocalHost, two_local_hosts
 from _support import HANG_GUARD, hang_guard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -45,16 +45,7 @@ def _hang_guard() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalHost, LocalHost]]:
-    logs = tmp_path_factory.mktemp("agents")
-    first = LocalHost(logs / "a.log")
-    try:
-        second = LocalHost(logs / "b.log")
-    except BaseException:
-        first.close()
-        raise
-    yield first, second
-    first.close()
-    second.close()
+    yield from two_local_hosts(tmp_path_factory.mktemp("agents"))
 
 
 Placed = tuple[Scenario, list[int], list[int]]  # a net, and each node's host for 2 and 3 hosts

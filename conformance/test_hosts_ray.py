@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _agents import chain_run
 from _process_nodes import Chain
 from _support import HANG_GUARD, checkout_environ, hang_guard, vt, wait_until
 
@@ -47,26 +48,11 @@ def free(ray: Any) -> bool:
     return bool(ray.available_resources().get(RESOURCE, 0) == 1)
 
 
-def chain_run(net: Chain, processes: dict[str, object] | None) -> dict[str, Any]:
-    with mujou.run(net, timer=vt(), workers=1, processes=processes) as run:
-        back = run.subscribe(net.back.out)
-        run.sleep(0.75)
-        mid = run.state_dict()
-        run.sleep(0.75)
-        return {
-            "time": run.time,
-            "tree": run.state_dict(),
-            "mid": mid,
-            "back": back.drain(),
-            "reads": [run.read(port) for port in (net.src_a.out, net.left.relay1.out, net.right[1].out)],
-        }
-
-
 @pytest.mark.rule("hosts.ray", "hosts.virtual")
 def test_a_group_placed_by_ray_gives_the_bits_of_one_process(ray: Any) -> None:
-    alone = chain_run(Chain(), None)
+    alone = chain_run(None, Chain())
     net = Chain()
-    placed = chain_run(net, {"g1": mujou.OnRay(net.left, num_cpus=0.5, resources={RESOURCE: 1})})
+    placed = chain_run({"g1": mujou.OnRay(net.left, num_cpus=0.5, resources={RESOURCE: 1})}, net)
     difference = state_difference(alone, placed)
     assert difference is None, difference
     assert len(placed["tree"]["back"]["log"]) > 5  # the chain ran, across the Ray group
