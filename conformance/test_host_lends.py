@@ -69,6 +69,18 @@ def answers(k: int, message: torch.Tensor) -> bool:
     return value(message) == k + 1
 
 
+def sleep_refused(run: mujou.Run, refused: list[str]) -> Callable[[], None]:
+    """A hook's action: call ``run.sleep``, which a hook may not, and keep the refusal."""
+
+    def wait_in_the_hook() -> None:
+        try:
+            run.sleep(0.0)
+        except RuntimeError as exc:
+            refused.append(str(exc))
+
+    return wait_in_the_hook
+
+
 @pytest.mark.rule("threads.host-runs-updates")
 @pytest.mark.rule("threads.host-thread")
 def test_the_waiting_host_runs_a_due_update_itself_in_each_call_that_waits() -> None:
@@ -78,14 +90,7 @@ def test_the_waiting_host_runs_a_due_update_itself_in_each_call_that_waits() -> 
     host = threading.current_thread()
     refused: list[str] = []
     with busy_worker(echo) as (run, _):
-
-        def wait_in_the_hook() -> None:
-            try:
-                run.sleep(0.0)
-            except RuntimeError as exc:
-                refused.append(str(exc))
-
-        echo.action = wait_in_the_hook
+        echo.action = sleep_refused(run, refused)
         run.write(echo.x, torch.tensor([1.0]))
         assert value(run.wait_for(echo.y, timeout=HANG_GUARD)) == 2.0
         echo.action = None
@@ -118,14 +123,7 @@ def test_under_the_virtual_timer_the_host_runs_the_instants_updates() -> None:
     echo = Echo()
     refused: list[str] = []
     with hang_guard(HANG_GUARD), mujou.run(Bag(echo=echo), workers=1, timer=vt()) as run:
-
-        def wait_in_the_hook() -> None:
-            try:
-                run.sleep(0.0)
-            except RuntimeError as exc:
-                refused.append(str(exc))
-
-        echo.action = wait_in_the_hook
+        echo.action = sleep_refused(run, refused)
         for k in range(3):
             run.write(echo.x, torch.tensor([float(k)]))
             assert value(run.wait_for(echo.y, partial(answers, k))) == k + 1
