@@ -38,7 +38,7 @@ from torch._C._distributed_c10d import ProcessGroupGloo, TCPStore
 import mujou
 
 from ._common import CROSS_PERIOD, WARM_UP, Metrics, cross_metrics, start_stop_metrics
-from .baselines.floor import _VALUE, _volley
+from .baselines.floor import _VALUE, _volley, tag_rate
 from .mujou_processes import Handoff, Rally, Ring, rally_tags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,14 +191,7 @@ def tcp_lockstep(seconds: float) -> Metrics:
         theirs = _VALUE.unpack(connection.recv(_VALUE.size, socket.MSG_WAITALL))[0]
 
     with connection:
-        began = time.perf_counter()
-        while time.perf_counter() - began < WARM_UP:
-            tag()
-        done = count
-        began = time.perf_counter()
-        while time.perf_counter() - began < seconds:
-            tag()
-        rate = (count - done) / (time.perf_counter() - began)
+        rate = tag_rate(tag, seconds)
     partner.join(10.0)
     return {"two_hosts_tags_per_second": rate}
 

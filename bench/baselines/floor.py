@@ -29,6 +29,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -126,6 +127,18 @@ def _volley(count: int, other: int) -> int:
     return int(torch.tensor(count + other))
 
 
+def tag_rate(tag: Callable[[], None], seconds: float) -> float:
+    """Calls of ``tag`` per second over ``seconds``, after ``WARM_UP`` seconds of them."""
+    began = time.perf_counter()
+    while time.perf_counter() - began < WARM_UP:
+        tag()
+    began, done = time.perf_counter(), 0
+    while time.perf_counter() - began < seconds:
+        tag()
+        done += 1
+    return done / (time.perf_counter() - began)
+
+
 def _partner(inbound: Any, outbound: Any) -> None:
     """The other process of ``tags_virtual``: one update per value it gets, its value back."""
     torch.set_num_threads(1)
@@ -156,14 +169,7 @@ def tags_virtual(seconds: float) -> Metrics:
         theirs = _VALUE.unpack(os.read(fd_in, _VALUE.size))[0]
 
     tag()  # the partner has started
-    began = time.perf_counter()
-    while time.perf_counter() - began < WARM_UP:
-        tag()
-    done = count
-    began = time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        tag()
-    two = (count - done) / (time.perf_counter() - began)
+    two = tag_rate(tag, seconds)
     to_partner.close()
     partner.join(10.0)
     return {"two_processes_tags_per_second": two, "one_process_tags_per_second": _one_process(seconds)}
