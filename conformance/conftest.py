@@ -10,6 +10,7 @@ with ``HangError``, with the stacks of all threads in its captured stderr, and p
 
 from __future__ import annotations
 
+import signal
 import warnings
 from collections.abc import Iterator
 
@@ -35,3 +36,13 @@ def _one_torch_thread() -> Iterator[None]:
         warnings.simplefilter("ignore", mujou.OversubscriptionWarning)
         yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread (_thread.interrupt_main needs a handler)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -518,16 +518,6 @@ def test_subscription_get_under_the_virtual_timer_does_not_wait() -> None:
 # --- test 7: an interrupt while the host waits -------------------------------------------------
 
 
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt in the main thread (_thread.interrupt_main needs a handler)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 class Interrupter(Node):
     """Interrupts the main thread once, in its tenth update after ``armed`` is set (t ≈ 1.0)."""
 

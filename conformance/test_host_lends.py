@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -254,16 +253,6 @@ def test_grad_mode_a_hook_leaves_off_does_not_reach_the_host() -> None:
         ):
             run.read(echo.y)
     assert [thread for thread, _ in echo.seen] == [threading.current_thread()]
-
-
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt in the main thread (_thread.interrupt_main needs a handler)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.rule("threads.host-interrupt")
