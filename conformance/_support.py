@@ -169,6 +169,16 @@ def is_dead(pid: int) -> bool:
     return status.rsplit(")", 1)[1].split()[0] in {"Z", "X"}
 
 
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (state T). ``kill(SIGSTOP)`` returns
+    before that: one thread takes the signal when it next runs, and stops the others then."""
+    try:
+        states = [(task / "stat").read_text() for task in Path(f"/proc/{pid}/task").iterdir()]
+    except FileNotFoundError:
+        return False
+    return all(state.rsplit(")", 1)[1].split()[0] == "T" for state in states)
+
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 """The checkout these tests belong to."""
 

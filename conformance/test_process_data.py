@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import torch
 from _data_nodes import BurstNet, EchoNet, FedNet, Pair, ShapeNet
-from _support import HANG_GUARD, vt, wait_until
+from _support import HANG_GUARD, all_threads_stopped, vt, wait_until
 
 import mujou
 
@@ -71,10 +71,12 @@ def child_pid(name: str) -> int:
 
 @contextlib.contextmanager
 def stopped(name: str) -> Iterator[None]:
-    """Process ``name`` of the run stopped (SIGSTOP) inside the block, going on after it."""
+    """Process ``name`` of the run stopped (SIGSTOP), every thread of it, inside the block,
+    going on after it."""
     pid = child_pid(name)
     os.kill(pid, signal.SIGSTOP)
     try:
+        wait_until(lambda: all_threads_stopped(pid), f"every thread of process {name!r} to stop")
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
