@@ -179,6 +179,17 @@ def all_threads_stopped(pid: int) -> bool:
     return all(state.rsplit(")", 1)[1].split()[0] == "T" for state in states)
 
 
+@contextlib.contextmanager
+def sigstopped(pid: int) -> Iterator[None]:
+    """Process ``pid`` stopped (SIGSTOP), every thread of it, inside the block; SIGCONT after."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: all_threads_stopped(pid), f"every thread of process {pid} to stop")
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 """The checkout these tests belong to."""
 

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 import pytest
 import torch
 from _data_nodes import BurstNet, EchoNet, FedNet, Pair, ShapeNet
-from _support import HANG_GUARD, all_threads_stopped, vt, wait_until
+from _support import HANG_GUARD, sigstopped, vt, wait_until
 
 import mujou
 
@@ -69,17 +68,9 @@ def child_pid(name: str) -> int:
     return found[0]
 
 
-@contextlib.contextmanager
-def stopped(name: str) -> Iterator[None]:
-    """Process ``name`` of the run stopped (SIGSTOP), every thread of it, inside the block,
-    going on after it."""
-    pid = child_pid(name)
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        wait_until(lambda: all_threads_stopped(pid), f"every thread of process {name!r} to stop")
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
+def stopped(name: str) -> contextlib.AbstractContextManager[None]:
+    """Process ``name`` of the run stopped (SIGSTOP), every thread of it, inside the block."""
+    return sigstopped(child_pid(name))
 
 
 def assert_left_as(before: list[str], what: str) -> None:

@@ -43,7 +43,7 @@ from _process_nodes import (
     Wire,
     count_of,
 )
-from _support import HANG_GUARD, Bag, Plain, is_dead, vt, wait_until
+from _support import HANG_GUARD, Bag, Plain, is_dead, sigstopped, vt, wait_until
 
 import mujou
 from mujou import Node, NodeList
@@ -121,16 +121,11 @@ def child_named(name: str) -> multiprocessing.process.BaseProcess:
     return found[0]
 
 
-@contextlib.contextmanager
-def stopped(name: str) -> Iterator[None]:
-    """Process ``name`` of the run stopped (SIGSTOP) inside the block, and going on after it."""
+def stopped(name: str) -> contextlib.AbstractContextManager[None]:
+    """Process ``name`` of the run stopped (SIGSTOP), every thread of it, inside the block."""
     pid = child_named(name).pid
     assert pid is not None
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    return sigstopped(pid)
 
 
 # --- placement and arguments (no process starts) --------------------------------------------------
