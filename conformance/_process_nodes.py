@@ -376,6 +376,31 @@ class Marker(Node):
         Path(self.path).write_text(f"stopped after {self.updates} updates")
 
 
+def check_wire(net: Wire, processes: dict[str, Any], round_trips: int) -> None:
+    """Run ``net`` placed by ``processes`` under the real-time timer for ``round_trips`` of
+    its ping-pong, and check what crossed: every message whole and in order, both layouts of
+    ``a``, each stamp the sender's."""
+    with mujou.run(net, timer=mujou.RealTimeTimer(), workers=1, processes=processes) as run:
+        # A ping-pong of triggered nodes: each hop is a wake-up of the other side.
+        run.write(net.pinger.kick, torch.tensor(0.0))
+        ball = run.wait_for(net.pinger.ball, lambda m: float(m) >= round_trips, timeout=20.0)
+        assert float(ball) >= round_trips
+        seen = run.wait_for(net.checker.seen, lambda m: float(m) >= 150.0, timeout=20.0)
+        assert float(seen) >= 150.0
+        tree = run.state_dict()
+        stats = run.stats()
+    checker, stamp_log = tree["checker"], tree["stamp_log"]
+    assert (checker["torn"], checker["back"], checker["wrong"]) == (0, 0, 0), checker
+    # Both layouts of ``a`` came through: the ring was re-allocated mid-run (proc.transport).
+    assert checker["shapes"] == [(4096,), (32, 200)]
+    # Each stamp is the sender's: the one a reader in the sender's process saw for that message.
+    common = set(checker["stamps"]) & set(stamp_log["stamps"])
+    assert common, "no message seen by both readers"
+    assert all(checker["stamps"][v] == stamp_log["stamps"][v] for v in common)
+    assert checker["same_stamp"] > 0
+    assert stats.nodes["checker"].updates > 0 and set(stats.nodes["checker"].coalesced) == {"a", "b", "c"}
+
+
 def explode_in_child(count: int) -> None:
     raise ValueError(f"count reached {count}")
 

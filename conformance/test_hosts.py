@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from _agents import SECRET, LocalHost, chain_run, two_local_hosts
-from _process_nodes import Chain, Stalls, Wire, count_of
-from _support import HANG_GUARD, checkout_environ, vt, wait_until
+from _process_nodes import Chain, Stalls, Wire, check_wire, count_of
+from _support import HANG_GUARD, checkout_environ, sigstopped, vt, wait_until
 
 import mujou
 from mujou.testing import state_difference
@@ -191,23 +190,8 @@ def test_messages_cross_hosts_whole_in_order_and_latest_under_the_real_time_time
 ) -> None:
     first, _ = hosts
     net = Wire()
-    processes = {"rx": mujou.OnHost([net.checker, net.ponger], first.address)}
-    with mujou.run(net, timer=mujou.RealTimeTimer(), workers=1, processes=processes) as run:
-        # A ping-pong of triggered nodes on two hosts: each hop is a message over the plane.
-        run.write(net.pinger.kick, torch.tensor(0.0))
-        ball = run.wait_for(net.pinger.ball, lambda m: float(m) >= 200.0, timeout=20.0)
-        assert float(ball) >= 200.0
-        seen = run.wait_for(net.checker.seen, lambda m: float(m) >= 150.0, timeout=20.0)
-        assert float(seen) >= 150.0
-        tree = run.state_dict()
-        stats = run.stats()
-    checker, stamp_log = tree["checker"], tree["stamp_log"]
-    assert (checker["torn"], checker["back"], checker["wrong"]) == (0, 0, 0), checker
-    assert checker["shapes"] == [(4096,), (32, 200)]  # both layouts came through
-    common = set(checker["stamps"]) & set(stamp_log["stamps"])
-    assert common and all(checker["stamps"][v] == stamp_log["stamps"][v] for v in common)
-    assert checker["same_stamp"] > 0
-    assert stats.nodes["checker"].updates > 0 and set(stats.nodes["checker"].coalesced) == {"a", "b", "c"}
+    # Each hop of the ping-pong is a message over the data plane.
+    check_wire(net, {"rx": mujou.OnHost([net.checker, net.ponger], first.address)}, 200)
     # A reader on another host that stops reading (its process stopped) holds up no sender:
     # the sender sends all its messages, and once the reader goes on, it has the last one.
     limit = 3000
@@ -215,13 +199,10 @@ def test_messages_cross_hosts_whole_in_order_and_latest_under_the_real_time_time
     with mujou.run(stalls, processes={"reader": mujou.OnHost(stalls.reader, first.address)}) as run:
         wait_until(lambda: run.read(stalls.reader.x) is not None, "the reader's first message")
         (pid,) = first.group_processes()
-        os.kill(pid, signal.SIGSTOP)
-        try:
+        with sigstopped(pid):
             wait_until(
                 lambda: count_of(run.read(stalls.sender.out), "nest") == limit, "the sender's last message"
             )
-        finally:
-            os.kill(pid, signal.SIGCONT)
         wait_until(lambda: count_of(run.read(stalls.reader.x), "nest") == limit, "the reader's last message")
     first.wait_no_group_process()
 

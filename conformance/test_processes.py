@@ -41,6 +41,7 @@ from _process_nodes import (
     TwoStalls,
     Unstartable,
     Wire,
+    check_wire,
     count_of,
 )
 from _support import HANG_GUARD, Bag, Plain, is_dead, sigstopped, vt, wait_until
@@ -464,27 +465,10 @@ def test_join_returns_after_the_run_ended(clean: Callable[[], None]) -> None:
 def test_messages_cross_whole_and_in_order_under_the_real_time_timer(clean: Callable[[], None]) -> None:
     net = Wire()
     processes = {"tx": [net.sender, net.stamp_log, net.pinger], "rx": [net.checker, net.ponger]}
-    with mujou.run(net, timer=mujou.RealTimeTimer(), workers=1, processes=processes) as run:
-        # A ping-pong of triggered nodes in two processes: each hop is a wake-up of the other
-        # process (proc.wake). 500 round trips take well under a second here; a timed poll of
-        # 50 ms on the path of each round trip would take longer than the timeout.
-        run.write(net.pinger.kick, torch.tensor(0.0))
-        ball = run.wait_for(net.pinger.ball, lambda m: float(m) >= 500.0, timeout=20.0)
-        assert float(ball) >= 500.0
-        seen = run.wait_for(net.checker.seen, lambda m: float(m) >= 150.0, timeout=20.0)
-        assert float(seen) >= 150.0
-        tree = run.state_dict()
-        stats = run.stats()
-    checker, stamp_log = tree["checker"], tree["stamp_log"]
-    assert (checker["torn"], checker["back"], checker["wrong"]) == (0, 0, 0), checker
-    # Both layouts of ``a`` came through: the ring was re-allocated mid-run (proc.transport).
-    assert checker["shapes"] == [(4096,), (32, 200)]
-    # Each stamp is the sender's: the one a reader in the sender's process saw for that message.
-    common = set(checker["stamps"]) & set(stamp_log["stamps"])
-    assert common, "no message seen by both readers"
-    assert all(checker["stamps"][v] == stamp_log["stamps"][v] for v in common)
-    assert checker["same_stamp"] > 0
-    assert stats.nodes["checker"].updates > 0 and set(stats.nodes["checker"].coalesced) == {"a", "b", "c"}
+    # Each hop of the ping-pong is a wake-up of the other process (proc.wake). 500 round trips
+    # take well under a second here; a timed poll of 50 ms on the path of each round trip
+    # would take longer than the timeout.
+    check_wire(net, processes, 500)
     clean()
 
 
