@@ -16,17 +16,29 @@ from typing import Protocol
 class HookThread(threading.Thread):
     """A thread that runs hooks: a worker, a dedicated node thread or the state thread."""
 
+    def run(self) -> None:
+        ident = threading.get_ident()
+        hooking.add(ident)
+        try:
+            super().run()
+        finally:
+            hooking.discard(ident)
 
-# The idents of the host threads running an update they took while they wait
-# (threads.host-runs-updates; NOTE [ the host lends its thread ] in ``_engine._batches``);
-# changed by that thread only (set.add and set.discard are atomic on every build).
-host_running: set[int] = set()
+
+# The idents of the threads that run hooks now: each ``HookThread`` while it runs, and each
+# host thread while it runs an update it took as it waits (threads.host-runs-updates; NOTE
+# [ the host lends its thread ] in ``_engine._batches``). Each thread adds and discards its
+# own (set.add and set.discard are atomic on every build), so ``in_hook_thread`` is one
+# look-up instead of ``current_thread()`` and an isinstance check: the host's calls make it
+# first thing (NOTE [ the host's round trip ] in ``_run``).
+hooking: set[int] = set()
+_get_ident = threading.get_ident
 
 
 def in_hook_thread() -> bool:
     """Whether the calling thread runs hooks: one of Mujou's threads, or a host's thread while
     it runs an update (threads.host-runs-updates)."""
-    return isinstance(threading.current_thread(), HookThread) or threading.get_ident() in host_running
+    return _get_ident() in hooking
 
 
 class WarningQueue(Protocol):

@@ -66,6 +66,7 @@ class Run:
         # ``_port``, the port; for ``write``, the input and whether its node is in this process.
         self._checked: dict[int, _Port] = {}
         self._writable: dict[int, tuple[Input[Any], bool]] = {}
+        self._sources: dict[int, _Port] = {}  # for ``wait_for``: of each port ``_port`` keeps
         engine.add_waker(self._wake_subscriptions)
 
     def _wake_subscriptions(self) -> None:
@@ -276,8 +277,11 @@ class Run:
                 "predicate must be a callable taking the message and returning a bool, or None, "
                 f"got {type(predicate).__name__}: {shown(predicate)}"
             )
-        until = None if timeout is None else self.time + _seconds("timeout", timeout)
-        source = checked.source if isinstance(checked, Input) and checked.source else checked
+        until = None if timeout is None else engine.time() + _seconds("timeout", timeout)
+        source = self._sources.get(id(checked))
+        if source is None:  # the port whose message it waits for, kept (the net is fixed)
+            source = checked.source if isinstance(checked, Input) and checked.source else checked
+            self._sources[id(checked)] = source
         if engine.policy.error is not None:
             engine.raise_error()
         undo = None if self._processes is None else self._watch(source)

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from .. import _in_run
-from .._in_run import in_hook_thread
+from .._in_run import hooking, in_hook_thread
 from ._arrivals import arrived
 from ._batches import HOST, Batch
 from ._threads import Engine as ThreadsEngine
@@ -171,11 +170,11 @@ class Lender:
             run = self._run
             if run is None:
                 run = self._run = batch_runner(engine, engine.workers)
-            _in_run.host_running.add(ident)
+            hooking.add(ident)
             try:
                 run(batch, now)
             finally:
-                _in_run.host_running.discard(ident)
+                hooking.discard(ident)
                 if not _is_grad_enabled() or _is_any_autocast_enabled():  # all it puts back
                     _put_settings_back()
         except KeyboardInterrupt:  # the host's (threads.host-interrupt): the update ends there
