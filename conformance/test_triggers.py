@@ -1483,6 +1483,24 @@ def test_real_time_min_interval_waits_for_its_due_time() -> None:
     assert all(dt >= 0.05 - 1e-9 for dt in dts[1:]), dts
 
 
+@pytest.mark.rule("trigger.delay")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_real_time_delay_after_a_send_waits_for_its_due_time(workers: int) -> None:
+    """> `delay=seconds` is a logical delay: a triggered update is due `delay` seconds of the
+    timer after the arrival that made the condition hold. Under the real-time timer, for a
+    node woken by another node's send (a worker's hand-off path): each update starts no
+    earlier than `delay` after the stamp of the message that woke it."""
+    net = RelayNet(delay=0.03)
+    with mujou.run(net, workers=workers) as run:
+        for i in range(3):
+            run.write(net.first.x, one(float(10 * i)))
+            run.wait_for(net.second.y, first_is(10 * i + 2), timeout=HANG_GUARD)
+    records = net.second.records
+    assert len(records) == 3
+    for start, _, seen in records:
+        assert start >= seen["x"][2] + 0.03 - 1e-9, records
+
+
 # --- trigger.dedicated-thread ---------------------------------------------------------------
 
 

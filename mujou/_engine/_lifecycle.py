@@ -341,7 +341,9 @@ class Engine(Instants):
             now = self.clock.now()
             slots = policy.slots
             for index in port._wakes:
-                arrive(policy, slots[index], now, by)
+                slot = slots[index]
+                if not (slot.one_input and policy.sent_to_free(slot, now, by)):
+                    arrive(policy, slot, now, by)
             if self.tracing:
                 note_flows(self.slots, port, (threading.current_thread().name, time.perf_counter()))
             if policy.wake:

@@ -78,6 +78,7 @@ class Slot:
         "name",
         "node",
         "now",
+        "one_input",
         "pending",
         "period",
         "sent",
@@ -152,6 +153,9 @@ class Slot:
         self.arrival_numbers = [0] * len(self.trigger_inputs)
         self.min_interval = core.min_interval
         self.delay = core.delay
+        # Woken through one input by ``on`` on a worker: a send to it takes the short path
+        # (``Policy.sent_to_free``).
+        self.one_input = len(self.trigger_inputs) == 1 and not self.trigger_all and not self.dedicated
         # What a send of the node's update that wakes triggered nodes calls (``RunSlot.sent``):
         # the engine's ``arrived``, by this slot, set by the engine.
         self.sent: Callable[[_Port], None] = partial(_no_run, by=self)
