@@ -1498,7 +1498,9 @@ def test_real_time_delay_after_a_send_waits_for_its_due_time(workers: int) -> No
     records = net.second.records
     assert len(records) == 3
     for start, _, seen in records:
-        assert start >= seen["x"][2] + 0.03 - 1e-9, records
+        stamp = seen["x"][2]
+        assert stamp is not None
+        assert start >= stamp + 0.03 - 1e-9, records
 
 
 # --- trigger.dedicated-thread ---------------------------------------------------------------
