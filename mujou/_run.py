@@ -146,25 +146,30 @@ class Run:
     # (bench's echo-triggered: a random pause of up to 1 ms before each trip, so the thread
     # comes back to cold caches) has no thread hand-off (NOTE [ the host lends its thread ]),
     # so what is left is the Python and torch calls on the host's thread, each a few times
-    # dearer cold than in a loop (20 us a trip warm, 50-80 cold). Measured with
-    # ``py-spy record -r 1000`` and perf_counter around each call in a script looping the trip
-    # (2-core AMD EPYC, CPython 3.11, torch 2.13): of write, the snapshot's clone about a
-    # third, the arrival under the lock a fifth, the checks of the port (isinstance,
-    # has_node, source, process) and their calls a fifth; of wait_for, the lent update (take,
-    # run, give back) half, the copy of the answer a sixth. So a port's checks are made once
-    # per run (``_checked``, ``_writable``: the net does not change while it runs), a CPU
-    # tensor is snapshotted without the device calls of ``host_to_node``, the hook-thread
-    # check is made once, the settings put back after a lent update are read with two calls
-    # instead of five, and the common case of wait_for (the answer is there after the lent
-    # update) makes no closure. Interleaved at load 9: write 27-33 us before, 21-24 after;
-    # wait_for 29-32 before, 27-29 after (the benchmark's torch.full 12-15 both). What stays
-    # is mostly torch's: the snapshot's clone, the update's read and send, the copy of the
-    # answer and the predicate's ``item``, with the caller's torch.full 22-28 us a trip cold
-    # on their own (no Mujou at all), as much as the floor's whole trip (24-29 us), which
-    # copies nothing. A host whose messages are snapshotted and copied cannot reach the
-    # floor here. Mujou's own part is the rest, 35-40 us of the 62-66 us trip at load 9,
-    # half of it the lent update's runner (``_update``) and the policy's take and put-back
-    # under the lock, the other half the write's arrival and the calls of the two checks.
+    # dearer cold than in a loop (24 us a trip warm, 55-90 cold). Measured with
+    # ``py-spy record -r 400`` and perf_counter_ns around each step in a script looping the
+    # trip (2-core AMD EPYC, CPython 3.11, torch 2.13). So a port's checks are made once
+    # per run (``_checked``, ``_writable``, ``_sources``: the net does not change while it
+    # runs), a CPU tensor is snapshotted without the device calls of ``host_to_node``,
+    # ``in_hook_thread`` is one set look-up, the settings put back after a lent update are
+    # read with two calls instead of five, and the common case of wait_for (the answer is
+    # there after the lent update) makes no closure. The medians of each step over 4,800
+    # trips at load 6 (in us; in a warm loop about a third): the caller's ``torch.full``
+    # 13.0; write: the hook-thread check and the port's look-up 3.1, the snapshot's clone
+    # 8.5, the publish with its clock read 3.3, the arrival under the lock 6.2 (the policy's
+    # part 3.2); wait_for: its checks 3.2, the thread's torch settings 1.4, the policy's take
+    # under the lock 3.6, the lent update (``_update``'s runner, the echo's read and send)
+    # 7.8, the put-back under the lock 3.1, the answer's copy 3.5, the predicate's ``item``
+    # 2.2: 59 in all, against the floor's whole trip of 26-33 (two threads, two Events), which
+    # copies nothing. No worker races the host: 3 writes of those 4,800 woke one (NOTE
+    # [ writes that wake no worker ]: the idle workers' fallback, once a second). The torch
+    # calls alone (the full, the two clones, the item) are about 25 of the 59: as much as
+    # the floor. A host whose messages are snapshotted and copied cannot reach the floor
+    # here. What would come closer: a write that hands its tensor over instead of cloning it
+    # (not provable from Python: reference counts differ across versions, and views share
+    # storage), and the lent update taken in the write's own lock section (one take and one
+    # queue push and pop fewer). Mujou's own part, about 34 us, is spread over some twenty
+    # steps of 1-4 us each.
 
     def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
