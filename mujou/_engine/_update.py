@@ -70,9 +70,10 @@ free node woken through one input by ``on`` (``Slot.one_input``) takes
 checks. ``Engine.sent`` (the lock, the arrival, the hand-off), timed in place with
 ``perf_counter_ns`` around it (trigger-latency, load 3-4): 6.2-6.9 us before, 4.4-4.5 us
 after; send to start, interleaved 4 times, 13.1-17.6 us before, 11.4-14.1 us after. In
-``bench/run.py --quick --repeats 3 --only echo-triggered,trigger-latency`` at 92811bf, load
-5-7, the old and new code one after the other: 12.6 us against the plain pool's 6.77 us
-(1.87x) and, before, 13.0 us against 7.00 us (1.86x): in the bench's spread.
+``bench/run.py --quick --repeats 3 --only echo-triggered,trigger-latency`` at 92811bf, the
+old and new code one after the other, twice (load 5-7, then 4-5): 12.6 and 12.0 us against
+the plain pool's 6.77 and 7.32 us (1.87x, 1.64x); before, 13.0 and 14.2 us against 7.00 and
+6.67 us (1.86x, 2.13x). The gain is smaller than the bench's spread between runs.
 
 ``python bench/run.py --quick --only trigger-latency,echo-triggered,chain-10,dispatch,
 dispatch-virtual,fleet-1000`` at 36f4d1b (load 6.4, the other helpers' runs using 1.6-1.8 of
