@@ -50,7 +50,7 @@ worker each), per tag, with ``strace`` and each thread's CPU time and context sw
   the crossing's tensor (``split``, ``joined``) about 15 us, the instant (``_start_instant``,
   ``host_wait``, the update with its runner, ``_commit``) about 25 us, the ``write`` that
   wakes the other side about 20 us, ``multiprocessing.connection.wait`` making a selector
-  each command about 10 us. What is left is Mujou's per-tag Python on each side, which the
+  each command about 5 us. What is left is Mujou's per-tag Python on each side, which the
   floor does not have: an instant's start, commit and the codec of its messages.
 """
 
