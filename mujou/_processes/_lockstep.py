@@ -44,14 +44,19 @@ worker each), per tag, with ``strace`` and each thread's CPU time and context sw
   (NOTE [ the lockstep's commands ]) 1.2 more a tag. Voluntary switches a tag, the host's
   lockstep thread and the process's command thread: 0.15 and 0.00 with the polls of
   ``_spin`` (each polls instead), 0.8 and 0.9 without (each blocks once a tag).
-- the CPU: 170-250 us a tag on each side at that load, against 20-80 us of wall time a tag for
-  the floor's whole lockstep. With the polls each side's CPU is its wall time; without, the
-  process's Python per tag is about 70 us of it (py-spy): the frame's ``pickle`` both ways and
-  the crossing's tensor (``split``, ``joined``) about 15 us, the instant (``_start_instant``,
-  ``host_wait``, the update with its runner, ``_commit``) about 25 us, the ``write`` that
-  wakes the other side about 20 us, ``multiprocessing.connection.wait`` making a selector
-  each command about 5 us. What is left is Mujou's per-tag Python on each side, which the
-  floor does not have: an instant's start, commit and the codec of its messages.
+- the CPU: 160-250 us a tag on each side at load 2-8, against 20-80 us of wall time a tag
+  for the floor's whole lockstep in the same runs; the two sides overlap (the host runs
+  ``ping`` while the process runs ``pong``), so a tag takes about one side's CPU plus a
+  wake-up. The process's command thread, timed with ``time.thread_time_ns`` at load 7 (each
+  figure inflated about 3 times against a quiet machine): the ``instant`` command 95-115 us
+  (unpickling the frame and the crossing's tensor about 35, the deferred message's ``apply``
+  6.5, ``Member.instant`` with ``pong``'s update 58-64, ``next_due`` 2), pickling the reply and
+  reading the frame 31-35, ``multiprocessing.connection.wait`` making a selector 25-28 (gone
+  now: ``Poller.wait`` says which connection has data), the poll 11-13, the reply's ``write``
+  9-10. The host's lockstep thread: ``Member.instant`` with ``ping``'s update 57. What is
+  left is Python that the floor does not have, spread flat over many small functions
+  (cProfile): an instant's start, the lent update's take and put-back, its commit, and the
+  codec of the command and its reply.
 """
 
 from __future__ import annotations
