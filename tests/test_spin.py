@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 
 import pytest
 
@@ -17,7 +18,8 @@ def test_a_poller_returns_once_there_is_something_to_read() -> None:
         waiting = Poller([reader])
         waiting.wait(0.0)  # nothing yet: the time is up at once
         writer.send_bytes(b"ready")
-        waiting.wait(3600.0)  # returns at once (the test's hang guard fails it otherwise)
+        # returns at once (the test's hang guard fails it otherwise), with what has data
+        assert waiting.wait(3600.0) == [reader.fileno()]
         assert reader.recv_bytes() == b"ready"
         later = threading.Timer(0.05, writer.send_bytes, (b"later",))
         later.start()
@@ -37,6 +39,28 @@ def test_only_the_virtual_timer_polls() -> None:
     try:
         assert poller([reader], virtual=False) is None
         assert (poller([reader], virtual=True) is not None) == Poller.available()
+    finally:
+        reader.close()
+        writer.close()
+
+
+@pytest.mark.skipif(not Poller.available(), reason="no select.poll here")
+def test_a_poller_stops_at_a_yield_that_found_the_core_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOTE [ a busy machine ]: a yield that took longer than BUSY (here each sleeps 1 ms, as
+    another thread's time slice would) ends the poll, with nothing found, so that the caller
+    blocks. Planted: the BUSY check left out: the wait polled on for the hour and this failed
+    on the join's guard."""
+    from mujou._processes import _spin
+
+    monkeypatch.setattr(_spin, "_yield_cpu", lambda: time.sleep(0.001))
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    found: list[list[int]] = []
+    try:
+        waiting = threading.Thread(target=lambda: found.append(Poller([reader]).wait(3600.0)), daemon=True)
+        waiting.start()
+        waiting.join(30.0)
+        assert not waiting.is_alive(), "the poll went on past a busy yield"
+        assert found == [[]]
     finally:
         reader.close()
         writer.close()

@@ -151,9 +151,10 @@ def _serve(
     polling = poller(sources, setup.virtual)  # the next tag's command comes soon
     try:
         while True:
-            if polling is not None:
-                polling.wait(SPIN)
-            for source in wait(sources):
+            ready = [] if polling is None else polling.wait(SPIN)
+            # Those the poll found, without making a selector each command as ``wait`` does.
+            found = [c for c in sources if c.fileno() in ready] if ready else wait(sources)
+            for source in found:
                 connection = cast(Connection, source)
                 try:
                     frame = connection.recv_bytes()

@@ -211,15 +211,15 @@ class Group:
         run's end first, as ``wait``'s does). Every wait looks every poll."""
         tags = self.tags
         assert tags is not None
-        if self._tag_poller is not None:
-            self._tag_poller.wait(SPIN)
+        ready = self._tag_poller is not None and bool(self._tag_poller.wait(SPIN))
         data: bytes | None = None
         while data is None:
             try:
-                if tags.poll(self.poll):
+                if ready or tags.poll(self.poll):
                     data = tags.recv_bytes()
                     break
             except (EOFError, OSError):  # the process ended: the reader says how
+                ready = False
                 while not self.ended.wait(self.poll):
                     pass
             if self.ended.is_set():

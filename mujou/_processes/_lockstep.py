@@ -18,6 +18,49 @@ call that looks at something between the tags (``wait_for``'s predicate, ``join`
 on its own thread, through the control connections, as before: the predicate runs on the
 host's thread. An error that leaves a tag half read on the thread leaves the tags connections
 unused for the rest of the run.
+
+NOTE [ the lockstep's commands ]
+On that thread a ``run.sleep``'s commands that are not tags go on the tags connections too:
+where each process's time stands as the sleep begins (``begin_advance``, then ``next_due``),
+and as it ends the messages kept back for a process (``apply``) and its time (``set_time``).
+Through the control connections each of those four was a round trip through the host's
+writer and reader threads, three wake-ups of sleeping threads each; a sleep of 10 ms at a
+period of 1 ms (bench's tags-virtual-2p) runs 10 tags, so that was 12 wake-ups more on its 20.
+A process's commands are written one after the other, before any reply is read: the process
+takes the frames of one connection in order and replies to each in turn, so the two of a
+sleep's start, and the two of its end, cost one round trip each.
+
+NOTE [ where a tag's time goes ]
+Measured in tags-virtual-2p (``ping`` on the host, ``pong`` in a process of its own, one
+worker each), per tag, with ``strace`` and each thread's CPU time and context switches from
+``/proc`` (2 cores shared with other work, load 2-5):
+- the syscalls are those of the floor's pipe lockstep and a few more: the host writes the
+  tag's command (one ``write``), the process polls then reads it (two ``read``: the length,
+  then the frame), writes its reply, and the host polls and reads it. No other thread of
+  either process wakes: the host's lockstep thread runs ``ping``'s update itself
+  (proc.lockstep-thread), the process's command thread is its worker 0 (NOTE [ a lent worker ]
+  in ``_engine._threads``). Before, the host's worker was woken for ``ping`` and woke the
+  lockstep's thread back: 2 wake-ups a tag; and the commands of each sleep's start and end
+  (NOTE [ the lockstep's commands ]) 1.2 more a tag. Measured side by side at load 6.5, the
+  voluntary context switches of the host's threads a tag: before, 4.6 (the worker 1.7-1.9, the
+  lockstep's thread 1.4-1.6, the control reader 1.0, its writer 0.4, the main thread 0.1),
+  their CPU 370-440 us a tag; now 0.25 (the lockstep's thread and the main thread), 225-345 us.
+  Voluntary switches a tag, the host's
+  lockstep thread and the process's command thread: 0.15 and 0.00 with the polls of
+  ``_spin`` (each polls instead), 0.8 and 0.9 without (each blocks once a tag).
+- the CPU: 160-250 us a tag on each side at load 2-8, against 20-80 us of wall time a tag
+  for the floor's whole lockstep in the same runs; the two sides overlap (the host runs
+  ``ping`` while the process runs ``pong``), so a tag takes about one side's CPU plus a
+  wake-up. The process's command thread, timed with ``time.thread_time_ns`` at load 7 (each
+  figure inflated about 3 times against a quiet machine): the ``instant`` command 95-115 us
+  (unpickling the frame and the crossing's tensor about 35, the deferred message's ``apply``
+  6.5, ``Member.instant`` with ``pong``'s update 58-64, ``next_due`` 2), pickling the reply and
+  reading the frame 31-35, ``multiprocessing.connection.wait`` making a selector 25-28 (gone
+  now: ``Poller.wait`` says which connection has data), the poll 11-13, the reply's ``write``
+  9-10. The host's lockstep thread: ``Member.instant`` with ``ping``'s update 57. What is
+  left is Python that the floor does not have, spread flat over many small functions
+  (cProfile): an instant's start, the lent update's take and put-back, its commit, and the
+  codec of the command and its reply.
 """
 
 from __future__ import annotations
@@ -25,7 +68,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._engine._collect import stopping_now
@@ -169,24 +212,22 @@ def _advance(
     if processes.closed or stopping_now(policy):  # the run has ended, or is ending: no tag runs
         _wait_for_the_end(processes)
         return done() if done is not None else False
-    processes.all("begin_advance")
+    dues = _each(processes, {name: [("begin_advance",), ("next_due",)] for name in processes.groups}, direct)
     host.begin_advance()
-    dues = processes.all("next_due")
     dues[HOST] = host.next_due()
     deferred: dict[str, list[Crossing]] = {}
     last = -math.inf  # the time of the last tag run here
     while True:
         if stopping_now(policy):  # the last tag's messages are out first, as in one process
-            processes.flush(deferred)
+            _flush(processes, deferred, None, direct)
             _wait_for_the_end(processes)
             break
         due = min(dues.values())
         if due > last and done is not None and done():  # the instant at ``last`` is whole
-            processes.flush(deferred)
+            _flush(processes, deferred, None, direct)
             return True
         if until is not None and due > until:
-            processes.flush(deferred)
-            processes.all("set_time", until)
+            _flush(processes, deferred, until, direct)
             host.set_time(until)
             return False
         if due == math.inf:  # nothing deferred: its readers are periodic, so due again
@@ -194,6 +235,60 @@ def _advance(
         _tag(processes, due, dues, deferred, direct)
         last = due
     return done() if done is not None else False
+
+
+def _each(
+    processes: Processes, commands: Mapping[str, Sequence[tuple[Any, ...]]], direct: bool
+) -> dict[str, Any]:
+    """Send each group its ``commands`` (``(command, *args)`` each), in order; the reply to the
+    last of them, by group, once every group replied to all (each error raised as ``all``).
+
+    ``direct``: through the tags connections, a group's commands written one after the other
+    before any reply is read (NOTE [ the lockstep's commands ]); else through the control
+    connections, one command at a time.
+    """
+    if not direct:
+        replies: dict[str, Any] = {}
+        for k in range(max((len(found) for found in commands.values()), default=0)):
+            replies.update(
+                processes.gather(
+                    processes.send_each(
+                        {name: found[k] for name, found in commands.items() if k < len(found)}
+                    )
+                )
+            )
+        return replies
+    groups = processes.groups
+    for name, found in commands.items():
+        for command in found:
+            groups[name].send_tag(*command)
+
+    def replies_of(name: str) -> Callable[[], Any]:
+        group = groups[name]
+
+        def last() -> Any:
+            for _ in range(len(commands[name]) - 1):
+                group.tag_reply()
+            return group.tag_reply()
+
+        return last
+
+    return each_result({name: replies_of(name) for name in commands})
+
+
+def _flush(
+    processes: Processes, deferred: dict[str, list[Crossing]], until: float | None, direct: bool
+) -> None:
+    """Hand each group the messages deferred for it (they wake nothing there), then, with
+    ``until``, move every group's time to it (the host's advance ended there)."""
+    commands: dict[str, list[tuple[Any, ...]]] = {name: [] for name in processes.groups}
+    for name, crossings in deferred.items():
+        commands[name].append(("apply", crossings, True))
+    deferred.clear()
+    if until is not None:
+        for queued in commands.values():
+            queued.append(("set_time", until))
+    _each(processes, {name: found for name, found in commands.items() if found}, direct)
 
 
 def _wait_for_the_end(processes: Processes) -> None:

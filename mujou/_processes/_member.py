@@ -172,14 +172,21 @@ class Member:
         policy, clock = engine.policy, engine.clock
         outbox = self.forwarders.outbox
         outbox.clear()
+        lender = engine.lender  # the host's process: the thread that runs the tag lends itself
         with engine.lock:
-            if not policy.stopping:
-                engine._start_instant(due)
-                engine.host_wait(lambda: policy.stopping or policy.quiescent(clock.now()))
-            if not policy.stopping:
-                engine._commit()
-                if policy.end_instant():
-                    engine.deliver()
+            lends = lender is not None and lender.begin_instants()
+            try:
+                if not policy.stopping:
+                    engine._start_instant(due)
+                    engine.host_wait(lambda: policy.stopping or policy.quiescent(clock.now()), lend=lends)
+                if not policy.stopping:
+                    engine._commit()
+                    if policy.end_instant():
+                        engine.deliver()
+            finally:
+                if lends:
+                    assert lender is not None
+                    lender.end_instants()
         crossed = list(outbox)
         outbox.clear()
         return crossed, self.failure()
