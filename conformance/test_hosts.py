@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from _agents import SECRET, LocalHost, chain_run, two_local_hosts
-from _process_nodes import Chain, Stalls, Wire, check_wire, count_of
-from _support import HANG_GUARD, checkout_environ, sigstopped, vt, wait_until
+from _process_nodes import Chain, Sender, Stalls, Wire, check_wire, count_of
+from _support import HANG_GUARD, Bag, Blocker, checkout_environ, hang_guard, sigstopped, vt, wait_until
 
 import mujou
 from mujou.testing import state_difference
@@ -204,6 +205,57 @@ def test_messages_cross_hosts_whole_in_order_and_latest_under_the_real_time_time
                 lambda: count_of(run.read(stalls.sender.out), "nest") == limit, "the sender's last message"
             )
         wait_until(lambda: count_of(run.read(stalls.reader.x), "nest") == limit, "the reader's last message")
+    first.wait_no_group_process()
+
+
+class ThreadLog(mujou.Node):
+    """Triggered by ``a``: notes the thread each update runs on, and calls ``action``."""
+
+    a = mujou.Input()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("a"), seed=0)
+        self.threads: list[str] = []
+        self.action: Any = None
+
+    def on_update(self, dt: float) -> None:
+        assert self.a.read() is not None
+        self.threads.append(threading.current_thread().name)
+        if self.action is not None:
+            self.action()
+
+
+@pytest.mark.rule("hosts.receiver-runs-updates")
+def test_the_thread_that_receives_from_another_host_runs_the_update_the_message_makes_due(
+    hosts: tuple[LocalHost, LocalHost],
+) -> None:
+    """The run's one worker is held by a ``Blocker`` and the host's thread waits in no call of
+    the run: the reader's updates can then only run on the thread that received ``a``, where
+    the run's calls that wait refuse it as from any hook."""
+    first, _ = hosts
+    sender, log, blocker = Sender(), ThreadLog(), Blocker()
+    net = Bag(sender=sender, log=log, blocker=blocker)
+    net.connect(sender.a, log.a)
+    refused: list[str] = []
+    processes = {"far": mujou.OnHost(sender, first.address)}
+    with hang_guard(HANG_GUARD), mujou.run(net, workers=1, processes=processes) as run:
+
+        def sleep_in_the_hook() -> None:
+            try:
+                run.sleep(0.0)
+            except RuntimeError as exc:
+                refused.append(str(exc))
+
+        log.action = sleep_in_the_hook
+        run.write(blocker.go, torch.zeros(1))
+        try:
+            assert blocker.inside.wait(HANG_GUARD), "the blocker never started"
+            held = len(log.threads)
+            wait_until(lambda: len(log.threads) >= held + 5, "the reader's updates while the worker is held")
+        finally:
+            blocker.release.set()
+    assert set(log.threads[held : held + 5]) == {"mujou-plane-receive-sender.a"}
+    assert refused and refused[0].startswith("run.sleep() cannot be called from a hook of node 'log'")
     first.wait_no_group_process()
 
 
