@@ -16,7 +16,7 @@ input's stand-in as the process layer's receiver does, then runs the update it m
 wake-up of another thread, and on a busy machine a wait for a core.
 
 A message is one Gloo send of one byte tensor (``_plane_wire``): a header signed with
-HMAC-SHA256 under a key made for the run, which only the authenticated life lines carry, then
+keyed BLAKE2b under a key made for the run, which only the authenticated life lines carry, then
 the tensors' bytes. A receiver checks the signature before it reads anything else of the
 header (or unpickles a nest's structure in it), so a stranger who reaches the Gloo ports can
 send bytes but never make a process run code. Each tensor is a view of the received bytes.
