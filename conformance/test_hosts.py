@@ -259,6 +259,47 @@ def test_the_thread_that_receives_from_another_host_runs_the_update_the_message_
     first.wait_no_group_process()
 
 
+@pytest.mark.rule("hosts.stats")
+def test_stats_give_each_hosts_nodes_clock_offset_and_lateness(hosts: tuple[LocalHost, LocalHost]) -> None:
+    first, second = hosts
+    net = Chain()
+    right = [net.right[0], net.right[1]]
+    processes = {
+        "g1": mujou.OnHost(net.left, first.address),
+        "g2": mujou.OnHost(right[0], second.address),
+        "g3": mujou.OnHost(right[1], second.address),  # the same agent: the same host
+    }
+    with mujou.run(net, processes=processes) as run:
+        run.sleep(0.3)
+        stats = run.stats()
+    nodes = list(stats.nodes)
+    assert list(stats.hosts) == ["", first.address, second.address]
+    placed = {
+        "": [name for name in nodes if not name.startswith(("left", "right"))],
+        first.address: [name for name in nodes if name.startswith("left")],
+        second.address: [name for name in nodes if name.startswith("right")],
+    }
+    for address, host in stats.hosts.items():
+        assert (host.address, list(host.nodes)) == (address, placed[address])
+        own = [stats.nodes[name] for name in host.nodes]
+        assert host.lateness_p50 == max(node.lateness_p50 for node in own)
+        assert host.lateness_p99 == max(node.lateness_p99 for node in own)
+        assert host.lateness_max == max(node.lateness_max for node in own) >= 0.0
+    # One machine's monotonic clock: the offset measured is within the round trips' noise.
+    assert stats.hosts[""].clock_offset == 0.0
+    assert all(abs(stats.hosts[a].clock_offset) < 0.5 for a in (first.address, second.address))
+    # Under the virtual timer every lateness is 0.0; a run without other hosts has no hosts.
+    with mujou.run(net, timer=vt(), processes={"g1": mujou.OnHost(net.left, first.address)}) as run:
+        run.sleep(0.1)
+        virtual = run.stats().hosts
+    assert list(virtual) == ["", first.address]
+    assert all(h.lateness_max == h.lateness_p99 == 0.0 for h in virtual.values())
+    with mujou.run(Chain(), timer=vt()) as run:
+        assert run.stats().hosts == {}
+    first.wait_no_group_process()
+    second.wait_no_group_process()
+
+
 @pytest.mark.rule("hosts.torchrun")
 def test_under_torchrun_rank_0_runs_the_program_and_rank_1_serves(tmp_path: Path) -> None:
     script = Path(__file__).resolve().parent / "_torchrun_script.py"
