@@ -15,13 +15,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from _agents import SECRET, LocalHost, chain_run, two_local_hosts
-from _process_nodes import Chain, Sender, Stalls, Wire, check_wire, count_of
+from _process_nodes import Chain, Relay, Sender, Stalls, Wire, check_wire, count_of
 from _support import HANG_GUARD, Bag, Blocker, checkout_environ, hang_guard, sigstopped, vt, wait_until
 
 import mujou
@@ -256,6 +257,42 @@ def test_the_thread_that_receives_from_another_host_runs_the_update_the_message_
             blocker.release.set()
     assert set(log.threads[held : held + 5]) == {"mujou-plane-receive-sender.a"}
     assert refused and refused[0].startswith("run.sleep() cannot be called from a hook of node 'log'")
+    first.wait_no_group_process()
+
+
+class Kick(mujou.Node):
+    """Triggered by the host's ``go``: sends a message."""
+
+    go = mujou.Input(optional=True)
+    out = mujou.Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("go"), seed=0)
+
+    def on_update(self, dt: float) -> None:
+        self.out.send(torch.zeros(3))
+
+
+@pytest.mark.rule("hosts.receiver-runs-updates")
+def test_an_update_the_receiving_thread_does_not_run_wakes_a_worker(
+    hosts: tuple[LocalHost, LocalHost],
+) -> None:
+    """One message from another host makes two readers due: the thread that received it runs
+    one, and a worker woken for it the other, at the same time (each waits in its update for
+    the other to start); the host's thread waits in no call of the run."""
+    first, _ = hosts
+    kick, relay, one, two = Kick(), Relay(seed=1), ThreadLog(), ThreadLog()
+    net = Bag(kick=kick, relay=relay, one=one, two=two)
+    net.connect(kick.out, relay.x)
+    net.connect(relay.out, one.a)
+    net.connect(relay.out, two.a)
+    both = threading.Barrier(2)
+    one.action = two.action = partial(both.wait, HANG_GUARD / 2)
+    processes = {"far": mujou.OnHost(relay, first.address)}
+    with hang_guard(HANG_GUARD), mujou.run(net, workers=1, processes=processes) as run:
+        run.write(kick.go, torch.zeros(1))
+        wait_until(lambda: bool(one.threads and two.threads), "both readers' updates")
+    assert sorted([*one.threads, *two.threads]) == ["mujou-plane-receive-relay.out", "mujou-worker-0"]
     first.wait_no_group_process()
 
 
