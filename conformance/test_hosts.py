@@ -15,13 +15,15 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from _agents import SECRET, LocalHost, chain_run, two_local_hosts
-from _process_nodes import Chain, Stalls, Wire, check_wire, count_of
-from _support import HANG_GUARD, checkout_environ, sigstopped, vt, wait_until
+from _process_nodes import Chain, Relay, Sender, Stalls, Wire, check_wire, count_of
+from _support import HANG_GUARD, Bag, Blocker, checkout_environ, hang_guard, sigstopped, vt, wait_until
 
 import mujou
 from mujou.testing import state_difference
@@ -205,6 +207,134 @@ def test_messages_cross_hosts_whole_in_order_and_latest_under_the_real_time_time
             )
         wait_until(lambda: count_of(run.read(stalls.reader.x), "nest") == limit, "the reader's last message")
     first.wait_no_group_process()
+
+
+class ThreadLog(mujou.Node):
+    """Triggered by ``a``: notes the thread each update runs on, and calls ``action``."""
+
+    a = mujou.Input()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("a"), seed=0)
+        self.threads: list[str] = []
+        self.action: Any = None
+
+    def on_update(self, dt: float) -> None:
+        assert self.a.read() is not None
+        self.threads.append(threading.current_thread().name)
+        if self.action is not None:
+            self.action()
+
+
+@pytest.mark.rule("hosts.receiver-runs-updates")
+def test_the_thread_that_receives_from_another_host_runs_the_update_the_message_makes_due(
+    hosts: tuple[LocalHost, LocalHost],
+) -> None:
+    """The run's one worker is held by a ``Blocker`` and the host's thread waits in no call of
+    the run: the reader's updates can then only run on the thread that received ``a``, where
+    the run's calls that wait refuse it as from any hook."""
+    first, _ = hosts
+    sender, log, blocker = Sender(), ThreadLog(), Blocker()
+    net = Bag(sender=sender, log=log, blocker=blocker)
+    net.connect(sender.a, log.a)
+    refused: list[str] = []
+    processes = {"far": mujou.OnHost(sender, first.address)}
+    with hang_guard(HANG_GUARD), mujou.run(net, workers=1, processes=processes) as run:
+
+        def sleep_in_the_hook() -> None:
+            try:
+                run.sleep(0.0)
+            except RuntimeError as exc:
+                refused.append(str(exc))
+
+        log.action = sleep_in_the_hook
+        run.write(blocker.go, torch.zeros(1))
+        try:
+            assert blocker.inside.wait(HANG_GUARD), "the blocker never started"
+            held = len(log.threads)
+            wait_until(lambda: len(log.threads) >= held + 5, "the reader's updates while the worker is held")
+        finally:
+            blocker.release.set()
+    assert set(log.threads[held : held + 5]) == {"mujou-plane-receive-sender.a"}
+    assert refused and refused[0].startswith("run.sleep() cannot be called from a hook of node 'log'")
+    first.wait_no_group_process()
+
+
+class Kick(mujou.Node):
+    """Triggered by the host's ``go``: sends a message."""
+
+    go = mujou.Input(optional=True)
+    out = mujou.Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("go"), seed=0)
+
+    def on_update(self, dt: float) -> None:
+        self.out.send(torch.zeros(3))
+
+
+@pytest.mark.rule("hosts.receiver-runs-updates")
+def test_an_update_the_receiving_thread_does_not_run_wakes_a_worker(
+    hosts: tuple[LocalHost, LocalHost],
+) -> None:
+    """One message from another host makes two readers due: the thread that received it runs
+    one, and a worker woken for it the other, at the same time (each waits in its update for
+    the other to start); the host's thread waits in no call of the run."""
+    first, _ = hosts
+    kick, relay, one, two = Kick(), Relay(seed=1), ThreadLog(), ThreadLog()
+    net = Bag(kick=kick, relay=relay, one=one, two=two)
+    net.connect(kick.out, relay.x)
+    net.connect(relay.out, one.a)
+    net.connect(relay.out, two.a)
+    both = threading.Barrier(2)
+    one.action = two.action = partial(both.wait, HANG_GUARD / 2)
+    processes = {"far": mujou.OnHost(relay, first.address)}
+    with hang_guard(HANG_GUARD), mujou.run(net, workers=1, processes=processes) as run:
+        run.write(kick.go, torch.zeros(1))
+        wait_until(lambda: bool(one.threads and two.threads), "both readers' updates")
+    assert sorted([*one.threads, *two.threads]) == ["mujou-plane-receive-relay.out", "mujou-worker-0"]
+    first.wait_no_group_process()
+
+
+@pytest.mark.rule("hosts.stats")
+def test_stats_give_each_hosts_nodes_clock_offset_and_lateness(hosts: tuple[LocalHost, LocalHost]) -> None:
+    first, second = hosts
+    net = Chain()
+    right = [net.right[0], net.right[1]]
+    processes = {
+        "g1": mujou.OnHost(net.left, first.address),
+        "g2": mujou.OnHost(right[0], second.address),
+        "g3": mujou.OnHost(right[1], second.address),  # the same agent: the same host
+    }
+    with mujou.run(net, processes=processes) as run:
+        run.sleep(0.3)
+        stats = run.stats()
+    nodes = list(stats.nodes)
+    assert list(stats.hosts) == ["", first.address, second.address]
+    placed = {
+        "": [name for name in nodes if not name.startswith(("left", "right"))],
+        first.address: [name for name in nodes if name.startswith("left")],
+        second.address: [name for name in nodes if name.startswith("right")],
+    }
+    for address, host in stats.hosts.items():
+        assert (host.address, list(host.nodes)) == (address, placed[address])
+        own = [stats.nodes[name] for name in host.nodes]
+        assert host.lateness_p50 == max(node.lateness_p50 for node in own)
+        assert host.lateness_p99 == max(node.lateness_p99 for node in own)
+        assert host.lateness_max == max(node.lateness_max for node in own) >= 0.0
+    # One machine's monotonic clock: the offset measured is within the round trips' noise.
+    assert stats.hosts[""].clock_offset == 0.0
+    assert all(abs(stats.hosts[a].clock_offset) < 0.5 for a in (first.address, second.address))
+    # Under the virtual timer every lateness is 0.0; a run without other hosts has no hosts.
+    with mujou.run(net, timer=vt(), processes={"g1": mujou.OnHost(net.left, first.address)}) as run:
+        run.sleep(0.1)
+        virtual = run.stats().hosts
+    assert list(virtual) == ["", first.address]
+    assert all(h.lateness_max == h.lateness_p99 == 0.0 for h in virtual.values())
+    with mujou.run(Chain(), timer=vt()) as run:
+        assert run.stats().hosts == {}
+    first.wait_no_group_process()
+    second.wait_no_group_process()
 
 
 @pytest.mark.rule("hosts.torchrun")

@@ -35,6 +35,7 @@ from ._specs import TensorSpec as TensorSpec
 from ._start import run as run
 from ._state import load as load
 from ._state import save as save
+from ._stats import HostStats as HostStats
 from ._stats import NodeStats as NodeStats
 from ._stats import RunStats as RunStats
 from ._subscription import Subscription as Subscription
@@ -52,6 +53,7 @@ __all__ = [
     "HookError",
     "HookNameWarning",
     "HostError",
+    "HostStats",
     "Input",
     "LeakedSettingWarning",
     "MujouInternalError",

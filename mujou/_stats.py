@@ -6,7 +6,7 @@ See :ref:`observe.stats` and :ref:`observe.stats-values`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LATENESS_WINDOW = 1024  # the updates the lateness percentiles look back over
 
@@ -42,6 +42,29 @@ class NodeStats:
     coalesced: Mapping[str, int]
 
 
+@dataclass(frozen=True)
+class HostStats:
+    """One host of a run with groups on other hosts: its nodes, and their lateness taken on
+    that host's clock (hosts.stats).
+
+    Attributes:
+        address: The ``"HOST:PORT"`` of the host's agent; ``""`` for the run's host.
+        clock_offset: The host's monotonic clock minus the run's host's, in seconds, as
+            measured at the start (``0.0`` for the run's host), which its timer corrects for.
+        nodes: The names of the nodes that run there, in registration order.
+        lateness_p50: The largest ``lateness_p50`` of those nodes.
+        lateness_p99: The largest ``lateness_p99`` of those nodes.
+        lateness_max: The largest ``lateness_max`` of those nodes.
+    """
+
+    address: str
+    clock_offset: float
+    nodes: tuple[str, ...]
+    lateness_p50: float
+    lateness_p99: float
+    lateness_max: float
+
+
 @dataclass(frozen=True, repr=False)
 class RunStats:
     """A run's counters.
@@ -57,6 +80,8 @@ class RunStats:
             it spent in hooks.
         lost: The messages a recording of the run dropped (``record=``, real-time timer: its
             writer fell behind; see :ref:`record.lost`); 0 when nothing is recorded.
+        hosts: In a run with groups on other hosts, each host's :class:`HostStats`, by its
+            agent's address, the run's host first (as ``""``); empty in any other run.
     """
 
     time: float
@@ -64,6 +89,7 @@ class RunStats:
     nodes: Mapping[str, NodeStats]
     worker_busy: tuple[float, ...]
     lost: int = 0
+    hosts: Mapping[str, HostStats] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         """``<RunStats t=10.000 s: 3 nodes, 2 workers>``."""
@@ -117,6 +143,27 @@ def duration(seconds: float) -> str:
     if abs(seconds) < 1.0:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds:.3f} s"
+
+
+def host_stats(
+    nodes: Mapping[str, NodeStats], where: Mapping[str, str], offsets: Mapping[str, float]
+) -> dict[str, HostStats]:
+    """Each host's figures: ``where`` gives each node's host (an agent's address, ``""`` for
+    the run's), ``offsets`` each remote host's clock offset."""
+    names: dict[str, list[str]] = {"": []}
+    for name in nodes:
+        names.setdefault(where.get(name, ""), []).append(name)
+    return {
+        address: HostStats(
+            address=address,
+            clock_offset=offsets.get(address, 0.0),
+            nodes=tuple(own),
+            lateness_p50=max((nodes[n].lateness_p50 for n in own), default=0.0),
+            lateness_p99=max((nodes[n].lateness_p99 for n in own), default=0.0),
+            lateness_max=max((nodes[n].lateness_max for n in own), default=0.0),
+        )
+        for address, own in names.items()
+    }
 
 
 def _count(count: int, noun: str) -> str:

@@ -10,6 +10,9 @@ Guarantees:
   thread at a time, the worker updates of each instant as a worker takes them
   (``Workers.take_instant_for_host``). No job (``on_start``, ``on_stop``, ``state_dict``,
   ``load_state_dict``) and no dedicated node's hook.
+- Under the real-time timer, the thread that receives the messages from another host runs the
+  update a message made due the same way (``received``; hosts.receiver-runs-updates). One
+  thread at a time runs the update ``take_for_host`` gives (``_busy``): they share its batch.
 - The update runs through the workers' own runner (``_update.batch_runner``), so in the
   node's context, with its generator, streams and checks, as on a worker. While it runs the
   thread counts as a hook thread (``in_hook_thread``: the host's calls that wait refuse it).
@@ -25,6 +28,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -95,7 +99,7 @@ class Lender:
     all under the lock.
     """
 
-    __slots__ = ("_engine", "_instants", "_pending", "_run", "defers", "looks")
+    __slots__ = ("_busy", "_engine", "_instants", "_pending", "_run", "defers", "looks")
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -104,6 +108,7 @@ class Lender:
         self._pending = False  # a write while deferring, its update not yet run by the host
         self.looks = 0  # the idle workers' looks in a row that found nothing
         self._instants = 0  # virtual timer: the ident of the host thread lent to the instants
+        self._busy = False  # real-time timer: a thread runs the update take_for_host gave it
 
     def write_arrived(self, port: _Port) -> None:
         """A host write on ``port`` (which wakes nodes) arrives: as ``Engine.arrived``, but
@@ -153,10 +158,13 @@ class Lender:
         engine = self._engine
         policy = engine.policy
         with engine.lock:
+            if self._busy:  # another thread runs the host's update: one at a time
+                return False
             now = engine.clock.now()
             batch = policy.take_for_host(now)
-        if batch is None:
-            return False
+            if batch is None:
+                return False
+            self._busy = True
         self._run_taken(batch, now)
         self._pending = False  # the host runs updates as it waits: its writes may defer
         return True
@@ -182,11 +190,40 @@ class Lender:
             raise
         except BaseException as exc:  # Mujou's own code failed: hooks' exceptions are caught
             with engine.lock:
+                self._busy = False
                 engine.policy.host_done()
                 engine.crashed_locked(HOST, exc, exits=False)
             engine.raise_error()
             raise
         self._done()
+
+    def received(self, port: _Port) -> None:
+        """Under the real-time timer, on the thread that received a message from another
+        process and made it visible on ``port`` (which wakes nodes): the arrival, then the
+        update due earliest run on this thread, as a host thread waiting runs it (``run_one``),
+        with no worker woken for it (hosts.receiver-runs-updates). An update this thread does
+        not run (another thread runs the host's update, this thread's settings are not a new
+        thread's, the update is not due yet, more are due) wakes the workers as any arrival."""
+        engine = self._engine
+        policy = engine.policy
+        takes = fresh_settings()
+        with engine.lock:
+            now = engine.clock.now()
+            policy.host_defers = True  # no worker woken: this thread takes it below, or wakes one
+            try:
+                arrived(policy, port, now)
+            finally:
+                policy.host_defers = False
+            batch = policy.take_for_host(now) if takes and not self._busy else None
+            due = policy._earliest()[0]
+            if due <= now or (batch is None and due < math.inf):
+                policy._wake_idle(due, exact=True, another=True)
+            if policy.wake:
+                engine.deliver()
+            if batch is None:
+                return
+            self._busy = True
+        self._run_taken(batch, now)
 
     def begin_instants(self) -> bool:
         """Virtual timer, with the lock held, as a host call begins to advance the time: whether
@@ -233,6 +270,7 @@ class Lender:
         """Give the update back to the policy, and wake whom it asks for."""
         engine = self._engine
         with engine.lock:
+            self._busy = False
             engine.policy.host_done()
             if engine.policy.wake:
                 engine.deliver()

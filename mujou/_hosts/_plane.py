@@ -11,10 +11,12 @@ Latest value (proc.latest-value): a ``send`` on such an output never waits for t
 (NOTE [ a send without a thread hop ]): a slow or stopped reader holds up the channel's sender
 thread only, never the node that sends, and a reader that reads again gets the newest message.
 The reader's side has a receiver thread per channel, which publishes each message on the
-input's stand-in (and wakes its triggered readers) as the process layer's receiver does.
+input's stand-in as the process layer's receiver does, then runs the update it made due itself
+(hosts.receiver-runs-updates, ``_engine._lend.Lender.received``): a worker woken for it cost a
+wake-up of another thread, and on a busy machine a wait for a core.
 
 A message is one Gloo send of one byte tensor (``_plane_wire``): a header signed with
-HMAC-SHA256 under a key made for the run, which only the authenticated life lines carry, then
+keyed BLAKE2b under a key made for the run, which only the authenticated life lines carry, then
 the tensors' bytes. A receiver checks the signature before it reads anything else of the
 header (or unpickles a nest's structure in it), so a stranger who reaches the Gloo ports can
 send bytes but never make a process run code. Each tensor is a view of the received bytes.
@@ -45,13 +47,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
 from .._ports import Output
 from .._processes._member import Member
 from .._processes._wire import NO_HOLDER, Crossing, joined, split
-from ._plane_wire import BYE, GROW, MESSAGE, ROOM, Incoming, Outgoing, control, next_room, signer
+from ._plane_wire import BYE, GROW, ROOM, Incoming, Outgoing, control, next_room, signer
 
 JOIN_GRACE = 2.0  # real seconds the end of the run waits for each plane thread
 OPERATION_TIMEOUT = datetime.timedelta(days=1)  # a receiver waits for a quiet output that long
@@ -192,26 +193,32 @@ class Plane:
         return True
 
     def _receive(self, channel: Channel) -> None:
-        """Receive the channel's messages: publish each, then post the next receive (a
-        message sent before that waits for it in the sender's Gloo; posting first would delay
-        the publish by the call, tens of microseconds)."""
+        """Receive the channel's messages: publish each and run the update it makes due, then
+        post the next receive (a message sent before that waits for it in the sender's Gloo;
+        posting first would delay the publish by the call, tens of microseconds)."""
         if not self._wait_ready():
             return
-        group, sign, member = self._group, signer(self.part.key), self.member
+        group, member = self._group, self.member
+        engine, lender = member.engine, member.engine.lender
         name, writer, tag = channel.output, channel.writer, channel.tag
-        payload = torch.empty(ROOM, dtype=torch.uint8)
-        work = group.recv([payload], writer, tag)
+        standin = member.standins.ports[name]
+        incoming = Incoming(name, signer(self.part.key))
+        work = group.recv([incoming.buffer(ROOM)], writer, tag)
         while True:
             work.wait()
-            header = Incoming(name, payload, sign)
-            if header.kind == BYE:
+            crossing = incoming.read()
+            if incoming.kind == BYE:
                 return
-            if header.kind == MESSAGE and not (self._closing.is_set() or member.engine.ended):
-                _, tensors, rest, stamp, number = header.crossing(name, payload)
+            if crossing is not None and not (self._closing.is_set() or engine.ended):
+                _, tensors, rest, stamp, number = crossing
                 message, nest = joined(tensors, rest)
-                member.standins.publish(member.engine, name, message, nest, stamp=stamp, number=number)
-            payload = torch.empty(header.room, dtype=torch.uint8)
-            work = group.recv([payload], writer, tag)
+                member.standins.publish(None, name, message, nest, stamp=stamp, number=number)
+                if standin._wakes:
+                    if lender is None:
+                        engine.arrived(standin)
+                    else:  # the update it makes due, on this thread (hosts.receiver-runs-updates)
+                        lender.received(standin)
+            work = group.recv([incoming.buffer(incoming.room)], writer, tag)
 
 
 class _Outbox:
@@ -223,6 +230,7 @@ class _Outbox:
     def __init__(self, channel: Channel, key: bytes) -> None:
         self.channel = channel
         self._sign = signer(key)
+        self._outgoing = Outgoing(self._sign)
         self._condition = threading.Condition()
         self._group: Any = None  # the plane's Gloo group, once connected
         self._pending: Crossing | None = None  # the mailbox
@@ -308,20 +316,24 @@ class _Outbox:
         """Send ``crossing`` (after more room, if it needs it); the sends' works, which hold
         their tensors until they completed."""
         group, reader, tag = self._group, self.channel.reader, self.channel.tag
-        message = Outgoing(crossing)
-        size = message.size
+        outgoing = self._outgoing
+        size = outgoing.layout(crossing)
         works = []
         if size > self._room:
             self._room = max(ROOM, size)
             works.append(group.send([control(GROW, self._sign, self._room)], reader, tag))
         self._room = next_room(size, self._room)
-        works.append(group.send([message.encode(self._sign, self._room)], reader, tag))
+        works.append(group.send([outgoing.encode(self._room)], reader, tag))
         return works
 
 
 def _watcher(port: Output[Any], name: str, outbox: _Outbox) -> Any:
     def forward(message: Any) -> None:
-        outbox.put(split(port, name))
+        latest = port._latest
+        if latest is not None and latest[2] is None and message.is_cpu:  # split's, without a call
+            outbox.put((name, [message], None, latest[3], latest[4]))
+        else:
+            outbox.put(split(port, name))
 
     return forward
 

@@ -4,7 +4,8 @@ that one Gloo send carries.
 A message is its signature, its header, then its tensors' bytes, each at a multiple of
 ``ALIGN`` bytes from the start:
 
-- the signature: HMAC-SHA256 of the header under the run's key (32 bytes);
+- the signature: keyed BLAKE2b of the header under the run's key (32 bytes: BLAKE2's own
+  MAC, about half the cost of HMAC-SHA256 in Python);
 - the header: ``_FIXED`` (the header's length, the kind, the room of the next message, the
   stamp, the sender's number, the count of tensors, the length of a nest's structure), then
   each tensor's dtype (an index into ``DTYPES``) and shape, then the nest's structure, pickled
@@ -25,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import hmac
+import math
 import pickle
 import struct
 from typing import Any
@@ -37,12 +39,13 @@ ALIGN = 16  # bytes: each tensor starts at a multiple of this in a message (for 
 ROOM = 4096  # bytes: the room of a channel's first receive, and the least room of any
 SHRINK = 4  # a message this many times smaller than the room makes the next room its size
 MESSAGE, GROW, BYE = 0, 1, 2
-_MAC = 32  # bytes of HMAC-SHA256
+_MAC = 32  # bytes of the signature
 # The header's length (from its start, after the signature), its kind, the next message's room,
 # the stamp, the sender's number, the count of tensors, the length of the pickled structure.
 _FIXED = struct.Struct("<IB3xQdqII")
 _TENSOR = struct.Struct("<BB")  # a tensor's dtype (index into DTYPES) and its number of dimensions
 _EXTENT = struct.Struct("<q")
+_LENGTH = struct.Struct("<I")  # the header's length, first in it
 # The dtypes a tensor may have, by index (the same torch on every host: hosts.refused).
 DTYPES: tuple[torch.dtype, ...] = tuple(
     dtype
@@ -78,18 +81,68 @@ def aligned(size: int) -> int:
 
 
 def signer(key: bytes) -> Any:
-    """The HMAC of ``key``, to be copied for each message (cheaper than a new one)."""
-    return hmac.new(key, digestmod=hashlib.sha256)
+    """The MAC of ``key`` (keyed BLAKE2b), to be copied for each message (cheaper than a new one)."""
+    return hashlib.blake2b(key=key, digest_size=_MAC)
 
 
 class Outgoing:
-    """A message laid out to be sent: its size in bytes, then its bytes (``encode``)."""
+    """One channel's messages laid out to be sent: ``layout`` a message (its size in bytes),
+    then ``encode`` it into a buffer that messages of the same tensors' dtypes and shapes and
+    the same length of structure share: only the header's stamp, number, room and structure,
+    the signature and the tensors' bytes are written again. The buffer is written again only
+    once the send of the last message completed (``_plane._Outbox`` sends one at a time)."""
 
-    __slots__ = ("_layout", "_number", "_rest", "_stamp", "_tensors", "size")
+    __slots__ = (
+        "_base",
+        "_copies",
+        "_count",
+        "_key",
+        "_layout_end",
+        "_memory",
+        "_number",
+        "_rest",
+        "_sign",
+        "_stamp",
+        "_tensors",
+        "buffer",
+        "size",
+    )
 
-    def __init__(self, crossing: Crossing) -> None:
-        _, tensors, rest, stamp, number = crossing
-        flat = [_plain(tensor) for tensor in tensors]
+    def __init__(self, sign: Any) -> None:
+        self._sign = sign
+        self._key: tuple[Any, ...] | None = None  # the tensors' dtypes, layouts and shapes, the rest's length
+        self._tensors: list[torch.Tensor] = []
+        self._rest = b""
+        self._stamp = 0.0
+        self._number = 0
+        self._count = 0
+        self._layout_end = 0  # where the header's structure begins
+        self._copies: list[tuple[int, int]] = []  # each tensor's offset and length in bytes
+        self.buffer = torch.empty(0, dtype=torch.uint8)
+        self._memory = memoryview(b"")
+        self._base = 0
+        self.size = 0
+
+    def layout(self, crossing: Crossing) -> int:
+        """Take ``crossing`` as the next message: its size in bytes."""
+        _, tensors, rest, self._stamp, self._number = crossing
+        flat = [
+            tensor if tensor.is_contiguous() and not (tensor.is_conj() or tensor.is_neg()) else _plain(tensor)
+            for tensor in tensors
+        ]
+        self._tensors = flat
+        self._rest = b"" if rest is None else pickle.dumps(rest, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(flat) == 1:  # the common case, without a generator
+            tensor = flat[0]
+            key: tuple[Any, ...] = (tensor.dtype, tensor.layout, tensor.shape, len(self._rest))
+        else:
+            key = (*((t.dtype, t.layout, t.shape) for t in flat), len(self._rest))
+        if key != self._key:
+            self._lay_out(flat, key)
+        return self.size
+
+    def _lay_out(self, flat: list[torch.Tensor], key: tuple[Any, ...]) -> None:
+        """A new layout: the tensors' dtypes and shapes in the header, a buffer of its size."""
         parts = []
         for tensor in flat:
             index = _INDEX.get(tensor.dtype)
@@ -101,39 +154,49 @@ class Outgoing:
                 )
             parts.append(_TENSOR.pack(index, tensor.dim()))
             parts.extend(_EXTENT.pack(extent) for extent in tensor.shape)
-        self._layout = b"".join(parts)
-        self._rest = b"" if rest is None else pickle.dumps(rest, protocol=pickle.HIGHEST_PROTOCOL)
-        self._stamp = stamp
-        self._number = number
-        self._tensors = flat
-        head = _MAC + _FIXED.size + len(self._layout) + len(self._rest)
-        self.size = aligned(head) + sum(aligned(t.numel() * t.element_size()) for t in flat)
-
-    def encode(self, sign: Any, room: int) -> torch.Tensor:
-        """The message's bytes, announcing ``room`` bytes for the next one."""
-        header = (
-            _FIXED.pack(
-                _FIXED.size + len(self._layout) + len(self._rest),
-                MESSAGE,
-                room,
-                self._stamp,
-                self._number,
-                len(self._tensors),
-                len(self._rest),
-            )
-            + self._layout
-            + self._rest
-        )
-        payload = torch.empty(self.size, dtype=torch.uint8)
-        base = payload.data_ptr()
-        _signed_into(base, sign, header)
-        offset = aligned(_MAC + len(header))
-        for tensor in self._tensors:
+        layout = b"".join(parts)
+        self._layout_end = _MAC + _FIXED.size + len(layout)
+        offset = aligned(self._layout_end + len(self._rest))
+        copies = []
+        for tensor in flat:
             nbytes = tensor.numel() * tensor.element_size()
+            copies.append((offset, nbytes))
+            offset += aligned(nbytes)
+        self._copies, self._count = copies, len(flat)
+        self.size = offset
+        self.buffer, self._memory = _buffer(offset)
+        self._base = self.buffer.data_ptr()
+        self._memory[_MAC + _FIXED.size : self._layout_end] = layout
+        self._key = key
+
+    def encode(self, room: int) -> torch.Tensor:
+        """The message ``layout`` took, announcing ``room`` bytes for the next one: the
+        buffer, which the next ``encode`` writes again."""
+        memory, rest = self._memory, self._rest
+        end = self._layout_end + len(rest)
+        _FIXED.pack_into(
+            memory, _MAC, end - _MAC, MESSAGE, room, self._stamp, self._number, self._count, len(rest)
+        )
+        if rest:
+            memory[self._layout_end : end] = rest
+        mac = self._sign.copy()
+        mac.update(memory[_MAC:end])
+        memory[:_MAC] = mac.digest()
+        base = self._base
+        for tensor, (offset, nbytes) in zip(self._tensors, self._copies, strict=True):
             if nbytes:
                 ctypes.memmove(base + offset, tensor.data_ptr(), nbytes)
-            offset += aligned(nbytes)
-        return payload
+        self._tensors = []  # the message's tensors are not kept past their send
+        return self.buffer
+
+
+def _buffer(size: int) -> tuple[torch.Tensor, memoryview]:
+    """A byte tensor of ``size`` bytes, and a memoryview of its memory (read and written
+    without a torch call: a call costs more than the bytes of a header)."""
+    tensor = torch.empty(size, dtype=torch.uint8)
+    if not size:
+        return tensor, memoryview(bytearray())
+    return tensor, memoryview((ctypes.c_ubyte * size).from_address(tensor.data_ptr())).cast("B")
 
 
 def _plain(tensor: torch.Tensor) -> torch.Tensor:
@@ -165,54 +228,84 @@ def next_room(size: int, room: int) -> int:
 
 
 class Incoming:
-    """A received message's signed header: its kind, the next room, and what it carries."""
+    """One channel's receiving side: the buffer of the next receive (``buffer``), and what a
+    message received into it is (``read``).
 
-    __slots__ = ("_layouts", "_start", "kind", "number", "rest", "room", "stamp")
+    The buffer is made before the receive is posted, with views of the tensors a message of
+    the last one's layout would carry in it: such a message is read without a torch call (a
+    call costs more than the bytes of a header). Each message gets a buffer of its own, as
+    readers keep its tensors."""
 
-    def __init__(self, name: str, payload: torch.Tensor, sign: Any) -> None:
-        """Check the signature of ``payload``'s header (``ValueError`` naming output ``name``
-        if it is not the run's), then read the header."""
-        total = payload.numel()
-        base = payload.data_ptr()
+    __slots__ = ("_buffer", "_layout", "_memory", "_name", "_shapes", "_sign", "_views", "kind", "room")
+
+    def __init__(self, name: str, sign: Any) -> None:
+        self._name = name
+        self._sign = sign
+        self._layout = b""  # the last message's header after the fixed part, but its structure
+        self._shapes: list[tuple[torch.dtype, tuple[int, ...], int, int]] = []  # dtype, shape, offset, bytes
+        self._buffer = torch.empty(0, dtype=torch.uint8)
+        self._memory = memoryview(b"")
+        self._views: list[torch.Tensor] | None = None
+        self.kind = MESSAGE
+        self.room = ROOM
+
+    def buffer(self, room: int) -> torch.Tensor:
+        """A buffer of ``room`` bytes for the next receive."""
+        self._buffer, self._memory = _buffer(room)
+        shapes = self._shapes
+        fits = bool(shapes) and shapes[-1][2] + shapes[-1][3] <= room
+        self._views = [self._view(*each) for each in shapes] if fits else None
+        return self._buffer
+
+    def _view(self, dtype: torch.dtype, shape: tuple[int, ...], offset: int, nbytes: int) -> torch.Tensor:
+        return self._buffer[offset : offset + nbytes].view(dtype).reshape(shape)
+
+    def read(self) -> Crossing | None:
+        """Check the signature of the received message's header (``ValueError`` naming the
+        output if it is not the run's), then read it: its kind and next room (``kind``,
+        ``room``) and, for a message, what it carries; None for any other kind."""
+        name, memory = self._name, self._memory
+        total = len(memory)
         if total < _MAC + _FIXED.size:
             raise ValueError(f"a message on {name!r} is shorter than its header")
-        (length,) = struct.unpack_from("<I", ctypes.string_at(base + _MAC, 4))
+        (length,) = _LENGTH.unpack_from(memory, _MAC)
         if length < _FIXED.size or _MAC + length > total:
             raise ValueError(f"a message on {name!r} is shorter than its header")
-        header = ctypes.string_at(base + _MAC, length)
-        mac = sign.copy()
-        mac.update(header)
-        if not hmac.compare_digest(mac.digest(), ctypes.string_at(base, _MAC)):
+        end = _MAC + length
+        mac = self._sign.copy()
+        mac.update(memory[_MAC:end])
+        if not hmac.compare_digest(mac.digest(), memory[:_MAC]):
             raise ValueError(
                 f"a message on {name!r} is not signed with the run's key: it was not sent by the run"
             )
-        _, self.kind, self.room, self.stamp, self.number, count, rest_length = _FIXED.unpack_from(header)
-        at = _FIXED.size
-        layouts = []
+        _, self.kind, self.room, stamp, number, count, rest_length = _FIXED.unpack_from(memory, _MAC)
+        if self.kind != MESSAGE:
+            return None
+        # The layout read with its own length: a change in the structure's length moves the tensors.
+        layout_end = end - rest_length
+        layout = _LENGTH.pack(length) + memory[_MAC + _FIXED.size : layout_end]
+        if layout != self._layout or self._views is None:
+            self._read_layout(layout, count, aligned(end))
+        tensors = self._views
+        assert tensors is not None
+        rest: Rest = pickle.loads(memory[layout_end:end]) if rest_length else None
+        return name, tensors, rest, stamp, number
+
+    def _read_layout(self, layout: bytes, count: int, offset: int) -> None:
+        """A message of another layout than the last: its tensors' dtypes, shapes and places,
+        and their views (``ValueError`` if the buffer is too short for them)."""
+        shapes = []
+        at = _LENGTH.size
         for _ in range(count):
-            index, dims = _TENSOR.unpack_from(header, at)
+            index, dims = _TENSOR.unpack_from(layout, at)
             at += _TENSOR.size
-            shape = struct.unpack_from(f"<{dims}q", header, at)
+            shape = struct.unpack_from(f"<{dims}q", layout, at)
             at += dims * _EXTENT.size
-            layouts.append((DTYPES[index], shape))
-        self._layouts = layouts
-        self.rest: Rest = pickle.loads(header[at : at + rest_length]) if rest_length else None
-        self._start = aligned(_MAC + length)
-
-    def tensors(self, name: str, payload: torch.Tensor) -> list[torch.Tensor]:
-        """The message's tensors: views of ``payload``; ``ValueError`` if it is too short."""
-        offset, total = self._start, payload.numel()
-        found = []
-        for dtype, shape in self._layouts:
-            count = 1
-            for extent in shape:
-                count *= extent
-            nbytes = count * dtype.itemsize
-            if offset + nbytes > total:
-                raise ValueError(f"a message on {name!r} is shorter than its tensors")
-            found.append(payload[offset : offset + nbytes].view(dtype).reshape(shape))
+            dtype = DTYPES[index]
+            nbytes = math.prod(shape) * dtype.itemsize
+            if offset + nbytes > len(self._memory):
+                raise ValueError(f"a message on {self._name!r} is shorter than its tensors")
+            shapes.append((dtype, shape, offset, nbytes))
             offset += aligned(nbytes)
-        return found
-
-    def crossing(self, name: str, payload: torch.Tensor) -> Crossing:
-        return name, self.tensors(name, payload), self.rest, self.stamp, self.number
+        self._shapes, self._layout = shapes, layout
+        self._views = [self._view(*each) for each in shapes]

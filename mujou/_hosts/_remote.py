@@ -183,7 +183,9 @@ def launch(
         for connection in opened:
             connection.close()
         raise
-    return RemoteProcess(where.address, name, lifeline, where.timeout), control, events, tags
+    process = RemoteProcess(where.address, name, lifeline, where.timeout)
+    process.clock_offset = offset
+    return process, control, events, tags
 
 
 def _clock_offset(lifeline: Connection) -> float:
@@ -208,6 +210,7 @@ class RemoteProcess:
         self.name = name
         self.pid: int | None = None
         self.end_reason: str | None = None
+        self.clock_offset = 0.0  # the host's monotonic clock minus this one's, measured at the launch
         self._exitcode: int | None = None
         self._lifeline = lifeline
         self._timeout = timeout

@@ -8,7 +8,7 @@ from typing import Any
 from .._node import Node
 from .._ports import Input, Output
 from .._state import META_KEY
-from .._stats import RunStats
+from .._stats import RunStats, host_stats
 from .._tree import _lookup
 from ._placement import HOST, Placement
 
@@ -48,14 +48,24 @@ def merge_trees(
 
 
 def merge_stats(
-    nodes: Sequence[Node], placement: Placement, stats: Mapping[str, RunStats], now: float
+    nodes: Sequence[Node],
+    placement: Placement,
+    stats: Mapping[str, RunStats],
+    now: float,
+    remote: Mapping[str, tuple[str, float]] | None = None,
 ) -> RunStats:
-    """The run's stats from each process's: every node, every worker (the host's first)."""
+    """The run's stats from each process's: every node, every worker (the host's first);
+    with ``remote`` (each group on another host's address and clock offset), each host's."""
     order = [HOST, *placement.groups]
     merged = {node.name: stats[placement.process_of(node)].nodes[node.name] for node in nodes}
+    hosts = {}
+    if remote:
+        where = {node.name: remote.get(placement.process_of(node), ("", 0.0))[0] for node in nodes}
+        hosts = host_stats(merged, where, dict(remote.values()))
     return RunStats(
         time=now,
         workers=sum(stats[name].workers for name in order),
         nodes=merged,
         worker_busy=tuple(busy for name in order for busy in stats[name].worker_busy),
+        hosts=hosts,
     )

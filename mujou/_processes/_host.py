@@ -431,7 +431,12 @@ class Processes:
         if stats is None:
             stats = self._ended(1)
         stats[HOST] = self.host.stats()
-        return merge_stats(self.nodes, self.placement, stats, self.host.engine.time())
+        remote: dict[str, tuple[str, float]] = {}  # the groups on other hosts (hosts.stats)
+        for name, group in self.groups.items():
+            if name in self.placement.hosts:
+                process: Any = group.process  # a RemoteProcess of mujou._hosts._remote
+                remote[name] = (process.host, process.clock_offset)
+        return merge_stats(self.nodes, self.placement, stats, self.host.engine.time(), remote)
 
     # -- the end (proc.cleanup) --------------------------------------------------------------
 
