@@ -12,7 +12,9 @@ without recording (the sends), and the encoding alone.
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import tempfile
 import time
 from pathlib import Path
@@ -23,8 +25,9 @@ import torch
 import mujou
 from mujou import Node, Output
 
-from . import mujou_system
-from ._common import Metrics
+from ._common import GRACE, Metrics, Record, weights, zeros
+from ._common import PERIOD as FLEET_PERIOD
+from .mujou_system import Ring, RingNode, _origin
 
 PER_UPDATE = 100  # messages sent in one update
 PERIOD = 0.001  # timer seconds between the sender's updates
@@ -116,22 +119,97 @@ def record_throughput(nbytes: int, count: int, compression: str | None = None) -
     }
 
 
-def fleet_recorded(n: int, seconds: float) -> Metrics:
-    """The fleet (bench/mujou_system.py), once plain and once with every output recorded; and
-    what one send costs the hook that sends ``n`` in a row (as the fleet's nodes due together
-    on one worker do), plain and recorded: the tap's share of the lateness, which the machine's
-    load moves far less than the lateness itself."""
-    plain = mujou_system.fleet(n, seconds, workers=1)
+def fleet_recorded(n: int, seconds: float, rounds: int = 1) -> Metrics:
+    """The fleet (bench/mujou_system.py's ring of ``n`` nodes on one worker), plain and with
+    every output recorded, in ``rounds`` pairs of runs of ``seconds`` each, interleaved (plain
+    then recorded, then recorded then plain, ...) so that a slow minute of the shared machine
+    falls on both; each p99 is that of every update of its runs pooled.
+
+    How far the added p99 can be trusted: ``added_p99_low_ms``/``added_p99_high_ms``, the 5th
+    and 95th percentiles of the added p99 over the pairs drawn again with replacement (a
+    bootstrap, seeded); and the machine's own noise, ``plain_halves_p99_ms``: the pooled p99 of
+    the even pairs' plain runs minus that of the odd pairs' (what an added p99 of 0 looks like).
+    Also what one send costs the hook that sends ``n`` in a row (as the fleet's nodes due together
+    on one worker do), plain and recorded: the tap's share, which the load moves far less.
+    """
+    plain: list[torch.Tensor] = []
+    recorded: list[torch.Tensor] = []
+    shares: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as folder:
-        recorded = mujou_system.fleet(n, seconds, workers=1, record_to=str(Path(folder) / "fleet.mcap"))
+        for k in range(rounds):
+            for record in (False, True) if k % 2 == 0 else (True, False):
+                path = str(Path(folder) / f"fleet-{k}.mcap") if record else None
+                lateness, share = _fleet_lateness(n, seconds, path)
+                (recorded if record else plain).append(lateness)
+                shares[record].append(share)
         send_plain = send_cost(n, seconds / 2, None)
         send_recorded = send_cost(n, seconds / 2, mujou.Recorder(Path(folder) / "sends.mcap"))
-    found: dict[str, Any] = {f"plain_{key}": value for key, value in plain.items()}
-    found.update({f"recorded_{key}": value for key, value in recorded.items()})
-    found["added_p99_ms"] = recorded["lateness_p99_ms"] - plain["lateness_p99_ms"]
+    found: dict[str, Any] = {"n": n, "seconds": seconds, "rounds": rounds}
+    for name, runs in (("plain", plain), ("recorded", recorded)):
+        pooled = torch.cat(runs)
+        found[f"{name}_lateness_p50_ms"] = 1e3 * _quantile(pooled, 0.50)
+        found[f"{name}_lateness_p99_ms"] = 1e3 * _quantile(pooled, 0.99)
+        found[f"{name}_lateness_max_ms"] = 1e3 * float(pooled.max())
+        found[f"{name}_share"] = sum(shares[name == "recorded"]) / rounds
+        found[f"{name}_updates"] = len(pooled)
+    found["added_p99_ms"] = found["recorded_lateness_p99_ms"] - found["plain_lateness_p99_ms"]
+    each = sorted(
+        1e3 * (_quantile(r, 0.99) - _quantile(p, 0.99)) for p, r in zip(plain, recorded, strict=True)
+    )
+    found["added_p99_per_pair_median_ms"] = each[len(each) // 2]
+    if rounds >= 2:
+        low, high = _bootstrap_added_p99(plain, recorded)
+        found["added_p99_low_ms"], found["added_p99_high_ms"] = low, high
+        found["plain_halves_p99_ms"] = 1e3 * (
+            _quantile(torch.cat(plain[0::2]), 0.99) - _quantile(torch.cat(plain[1::2]), 0.99)
+        )
     found["send_us_plain"] = send_plain
     found["send_us_recorded"] = send_recorded
     return found
+
+
+def _fleet_lateness(n: int, seconds: float, record_to: str | None) -> tuple[torch.Tensor, float]:
+    """The lateness (seconds) of every update of one fleet run due in (0, ``seconds``] and
+    started by ``seconds + GRACE``, and their share of those due (as the fleet workload counts)."""
+    zero = zeros()
+    nodes = [RingNode(w, zero) for w in weights(n)]
+    with mujou.run(Ring(nodes), workers=1, record=record_to) as run:
+        origin = _origin(run)
+        run.sleep(max(0.0, seconds + GRACE - run.time))
+    record = Record()
+    for node in nodes:
+        node.record(record)
+    limit, last_start = seconds + 1e-9, origin + seconds + GRACE
+    lateness = [
+        start - origin - due
+        for start, due in zip(record.starts, record.dues, strict=True)
+        if due <= limit and start <= last_start
+    ]
+    return torch.tensor(lateness, dtype=torch.float64), len(lateness) / (
+        n * math.floor(seconds / FLEET_PERIOD + 1e-9)
+    )
+
+
+def _quantile(values: torch.Tensor, q: float) -> float:
+    """The ``q``-quantile, nearest rank (as bench/_common.py's percentile)."""
+    rank = min(len(values), max(1, math.ceil(q * len(values))))
+    return float(values.kthvalue(rank).values)
+
+
+def _bootstrap_added_p99(
+    plain: list[torch.Tensor], recorded: list[torch.Tensor], draws: int = 200
+) -> tuple[float, float]:
+    """The 5th and 95th percentiles (ms) of the pooled added p99 over the pairs of runs drawn
+    again with replacement (a pair's two runs drawn together: they shared the machine's minute)."""
+    chosen = random.Random(0)
+    added = []
+    for _ in range(draws):
+        pairs = [chosen.randrange(len(plain)) for _ in plain]
+        p99_plain = _quantile(torch.cat([plain[i] for i in pairs]), 0.99)
+        p99_recorded = _quantile(torch.cat([recorded[i] for i in pairs]), 0.99)
+        added.append(1e3 * (p99_recorded - p99_plain))
+    added.sort()
+    return added[draws // 20], added[draws - 1 - draws // 20]
 
 
 class Sends(Node):
