@@ -6,8 +6,8 @@ Throughput: a node sends ``count`` messages of ``nbytes`` (a float32 tensor, sen
 the virtual timer, so that nothing is dropped and every message reaches the file; the time is
 from the first update until ``run.stop()`` returned (the file complete). ``mcap`` alone writes
 the same payload (the message's bytes, encoded once) ``count`` times with the same chunk size
-and compression, until ``finish()``. The time the recorder spends is taken apart too: the run
-without recording (the sends), and the encoding alone.
+and compression, until ``finish()``. The CPU time is taken apart too: the run's process,
+recorded and not (the sends; the difference is the tap), and the recorder process.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -43,27 +44,38 @@ class Sender(Node):
         self.tensor = tensor
         self.left = count
         self.began = 0.0  # perf_counter at the first update
+        self.began_cpu = 0.0  # process_time then
 
     def on_update(self, dt: float) -> None:
         if not self.began:
-            self.began = time.perf_counter()
+            self.began, self.began_cpu = time.perf_counter(), time.process_time()
         for _ in range(min(PER_UPDATE, self.left)):
             self.out.send(self.tensor, copy=False)
         self.left = max(0, self.left - PER_UPDATE)
 
 
-def _run(tensor: torch.Tensor, count: int, record: mujou.Recorder | None) -> float:
+def _children_cpu() -> float:
+    """CPU seconds of the child processes that ended (the recorder process, once reaped)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _run(tensor: torch.Tensor, count: int, record: mujou.Recorder | None) -> tuple[float, float, float]:
     """Wall seconds from the first update until ``count`` messages are sent (and, with
-    ``record``, written: until the file is complete). The run's start (with ``record``, the
-    recorder process's start too) is not counted, as mcap alone's imports are not."""
+    ``record``, written: until the file is complete); the run's process's CPU seconds (every
+    thread) over the same span; and the recorder process's CPU seconds, its start included.
+    The run's start (with ``record``, the recorder process's start) is not in the wall time, as
+    mcap alone's imports are not."""
     sender = Sender(tensor, count)
     net = mujou.Net()
     net.sender = sender
+    children = _children_cpu()
     with mujou.run(net, workers=1, timer=mujou.VirtualTimer(), record=record) as run:
         run.sleep(PERIOD * (count // PER_UPDATE + 2))
     wall = time.perf_counter() - sender.began
+    cpu = time.process_time() - sender.began_cpu
     assert sender.left == 0
-    return wall
+    return wall, cpu, _children_cpu() - children
 
 
 def _mcap_alone(path: Path, payload: bytes, count: int, compression: str | None, chunk_size: int) -> float:
@@ -95,14 +107,12 @@ def record_throughput(nbytes: int, count: int, compression: str | None = None) -
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "run.mcap"
         _run(tensor, max(1, count // 10), mujou.Recorder(path, compression=compression))  # warm-up
-        recorded = _run(tensor, count, mujou.Recorder(path, compression=compression))
+        recorded, run_cpu, recorder_cpu = _run(tensor, count, mujou.Recorder(path, compression=compression))
         file_bytes = os.path.getsize(path)
-        sends = _run(tensor, count, None)
+        sends, sends_cpu, _ = _run(tensor, count, None)
+        began = time.process_time()
         alone = _mcap_alone(Path(folder) / "alone.mcap", payload, count, compression, DEFAULT_CHUNK_SIZE)
-    began = time.perf_counter()
-    for _ in range(count):
-        encode_tensor(tensor)
-    encoding = time.perf_counter() - began
+        alone_cpu = time.process_time() - began
     return {
         "nbytes": nbytes,
         "count": count,
@@ -112,9 +122,14 @@ def record_throughput(nbytes: int, count: int, compression: str | None = None) -
         "mcap_mb_per_second": count * nbytes / alone / 1e6,
         "ratio": alone / recorded,
         "sends_us": 1e6 * sends / count,
-        "encode_us": 1e6 * encoding / count,
         "mcap_us": 1e6 * alone / count,
         "recorded_us": 1e6 * recorded / count,
+        # CPU µs a message: the run's process recorded and plain (their difference is the tap),
+        # the recorder process (its start included), mcap alone
+        "run_cpu_us": 1e6 * run_cpu / count,
+        "sends_cpu_us": 1e6 * sends_cpu / count,
+        "recorder_cpu_us": 1e6 * recorder_cpu / count,
+        "mcap_cpu_us": 1e6 * alone_cpu / count,
         "file_bytes": file_bytes,
     }
 

@@ -1058,8 +1058,14 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             f"{_rate(m['messages_per_second'])} / s, {m['mb_per_second']:,.0f} MB / s "
             f"({m['ratio']:.2f}× mcap alone: {_rate(m['mcap_messages_per_second'])} / s, "
             f"{m['mcap_mb_per_second']:,.0f} MB / s); per message: {m['recorded_us']:.1f} µs "
-            f"= sends {m['sends_us']:.1f} + encoding {m['encode_us']:.1f} + writing and the rest "
             f"(mcap alone {m['mcap_us']:.1f} µs)"
+            + (
+                f"; CPU per message: the run's process {m['run_cpu_us']:.1f} µs (without recording "
+                f"{m['sends_cpu_us']:.1f}), the recorder process {m['recorder_cpu_us']:.1f}, mcap "
+                f"alone {m['mcap_cpu_us']:.1f}"
+                if "run_cpu_us" in m
+                else ""
+            )
         )
     if workload == "record-fleet-100":
         return (

@@ -223,9 +223,9 @@ class _Channel:
     ids: dict[object, int] = field(default_factory=dict)  # structure key -> channel id
     forms: dict[object, int] = field(default_factory=dict)  # form key -> form
     # The form of the last message when it is a CPU tensor small enough for one record:
-    # (dtype, shape, (form, its encoding's bytes before the data, the data's bytes)); a message
-    # like it takes the fast path of the tap.
-    current: tuple[torch.dtype, torch.Size, tuple[int, bytes, int]] | None = None
+    # (dtype, shape, its form in the feed: _feed.message_form of the form, its encoding's bytes
+    # before the data and the data's bytes); a message like it takes the fast path of the tap.
+    current: tuple[torch.dtype, torch.Size, _feed.MessageForm] | None = None
     # Messages dropped: counted only by one thread at a time (under the real-time timer with
     # Session.copy_lock held, else where the port's messages are published: its node's hook
     # thread, or the engine's commit), so a plain int is enough.
@@ -524,7 +524,11 @@ class Session:
             return
         if isinstance(message, torch.Tensor) and message.is_cpu and len(payload) <= self.feed.largest():
             head = _encoding.tensor_head(message.dtype, message.shape)
-            channel.current = (message.dtype, message.shape, (form, head, len(payload) - len(head)))
+            channel.current = (
+                message.dtype,
+                message.shape,
+                _feed.message_form(form, head, len(payload) - len(head)),
+            )
         else:
             channel.current = None
 
