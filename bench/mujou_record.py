@@ -12,6 +12,7 @@ recorded and not (the sends; the difference is the tap), and the recorder proces
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -144,19 +145,28 @@ def fleet_recorded(n: int, seconds: float, rounds: int = 1) -> Metrics:
     and 95th percentiles of the added p99 over the pairs drawn again with replacement (a
     bootstrap, seeded); and the machine's own noise, ``plain_halves_p99_ms``: the pooled p99 of
     the even pairs' plain runs minus that of the odd pairs' (what an added p99 of 0 looks like).
-    Also what one send costs the hook that sends ``n`` in a row (as the fleet's nodes due together
-    on one worker do), plain and recorded: the tap's share, which the load moves far less.
+    Where a slot's lateness comes from: ``*_wake_p99_ms``, the p99 of each slot's first
+    update's lateness (the worker woken late: the machine, or a copy of the tap under way),
+    and ``*_spread_p99_ms``, that of the span from its first update's start to its last's (the
+    updates before the last, with their sends and taps). Also what one send costs the hook
+    that sends ``n`` in a row (as the fleet's nodes due together on one worker do), plain and
+    recorded: the tap's share, which the load moves far less.
     """
     plain: list[torch.Tensor] = []
     recorded: list[torch.Tensor] = []
     shares: dict[bool, list[float]] = {False: [], True: []}
+    # Each slot's lateness taken apart: its first update's (the worker's wake-up) and the time
+    # from its first update's start to its last's (the updates before the last, taps included).
+    parts: dict[bool, tuple[list[torch.Tensor], list[torch.Tensor]]] = {False: ([], []), True: ([], [])}
     with tempfile.TemporaryDirectory() as folder:
         for k in range(rounds):
             for record in (False, True) if k % 2 == 0 else (True, False):
                 path = str(Path(folder) / f"fleet-{k}.mcap") if record else None
-                lateness, share = _fleet_lateness(n, seconds, path)
+                lateness, share, wake, spread = _fleet_lateness(n, seconds, path)
                 (recorded if record else plain).append(lateness)
                 shares[record].append(share)
+                parts[record][0].append(wake)
+                parts[record][1].append(spread)
         send_plain = send_cost(n, seconds / 2, None)
         send_recorded = send_cost(n, seconds / 2, mujou.Recorder(Path(folder) / "sends.mcap"))
     found: dict[str, Any] = {"n": n, "seconds": seconds, "rounds": rounds}
@@ -167,6 +177,9 @@ def fleet_recorded(n: int, seconds: float, rounds: int = 1) -> Metrics:
         found[f"{name}_lateness_max_ms"] = 1e3 * float(pooled.max())
         found[f"{name}_share"] = sum(shares[name == "recorded"]) / rounds
         found[f"{name}_updates"] = len(pooled)
+        wake, spread = (torch.cat(part) for part in parts[name == "recorded"])
+        found[f"{name}_wake_p99_ms"] = 1e3 * _quantile(wake, 0.99)
+        found[f"{name}_spread_p99_ms"] = 1e3 * _quantile(spread, 0.99)
     found["added_p99_ms"] = found["recorded_lateness_p99_ms"] - found["plain_lateness_p99_ms"]
     each = sorted(
         1e3 * (_quantile(r, 0.99) - _quantile(p, 0.99)) for p, r in zip(plain, recorded, strict=True)
@@ -183,9 +196,12 @@ def fleet_recorded(n: int, seconds: float, rounds: int = 1) -> Metrics:
     return found
 
 
-def _fleet_lateness(n: int, seconds: float, record_to: str | None) -> tuple[torch.Tensor, float]:
+def _fleet_lateness(
+    n: int, seconds: float, record_to: str | None
+) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor]:
     """The lateness (seconds) of every update of one fleet run due in (0, ``seconds``] and
-    started by ``seconds + GRACE``, and their share of those due (as the fleet workload counts)."""
+    started by ``seconds + GRACE``, and their share of those due (as the fleet workload counts);
+    and, for each slot, its first update's lateness and the span of its updates' starts."""
     zero = zeros()
     nodes = [RingNode(w, zero) for w in weights(n)]
     with mujou.run(Ring(nodes), workers=1, record=record_to) as run:
@@ -195,14 +211,17 @@ def _fleet_lateness(n: int, seconds: float, record_to: str | None) -> tuple[torc
     for node in nodes:
         node.record(record)
     limit, last_start = seconds + 1e-9, origin + seconds + GRACE
-    lateness = [
-        start - origin - due
-        for start, due in zip(record.starts, record.dues, strict=True)
-        if due <= limit and start <= last_start
-    ]
-    return torch.tensor(lateness, dtype=torch.float64), len(lateness) / (
-        n * math.floor(seconds / FLEET_PERIOD + 1e-9)
-    )
+    lateness = []
+    slots: dict[float, list[float]] = {}
+    for start, due in zip(record.starts, record.dues, strict=True):
+        if due <= limit and start <= last_start:
+            lateness.append(start - origin - due)
+            slots.setdefault(due, []).append(start - origin - due)
+    wake = [min(slot) for slot in slots.values()]
+    spread = [max(slot) - min(slot) for slot in slots.values()]
+    share = len(lateness) / (n * math.floor(seconds / FLEET_PERIOD + 1e-9))
+    as_tensor = functools.partial(torch.tensor, dtype=torch.float64)
+    return as_tensor(lateness), share, as_tensor(wake), as_tensor(spread)
 
 
 def _quantile(values: torch.Tensor, q: float) -> float:

@@ -1081,6 +1081,13 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             )
             + f"), share {m['plain_share']:.3f} → {m['recorded_share']:.3f}"
             + (
+                f"; a slot's first update p99 {_ms(m['plain_wake_p99_ms'])} → "
+                f"{_ms(m['recorded_wake_p99_ms'])}, its span p99 {_ms(m['plain_spread_p99_ms'])} → "
+                f"{_ms(m['recorded_spread_p99_ms'])}"
+                if "plain_wake_p99_ms" in m
+                else ""
+            )
+            + (
                 f"; a send of 100 in a row {m['send_us_plain']:.2f} → {m['send_us_recorded']:.2f} µs"
                 if "send_us_plain" in m
                 else ""
