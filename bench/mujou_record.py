@@ -6,13 +6,17 @@ Throughput: a node sends ``count`` messages of ``nbytes`` (a float32 tensor, sen
 the virtual timer, so that nothing is dropped and every message reaches the file; the time is
 from the first update until ``run.stop()`` returned (the file complete). ``mcap`` alone writes
 the same payload (the message's bytes, encoded once) ``count`` times with the same chunk size
-and compression, until ``finish()``. The time the recorder spends is taken apart too: the run
-without recording (the sends), and the encoding alone.
+and compression, until ``finish()``. The CPU time is taken apart too: the run's process,
+recorded and not (the sends; the difference is the tap), and the recorder process.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+import random
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -23,8 +27,9 @@ import torch
 import mujou
 from mujou import Node, Output
 
-from . import mujou_system
-from ._common import Metrics
+from ._common import GRACE, Metrics, Record, weights, zeros
+from ._common import PERIOD as FLEET_PERIOD
+from .mujou_system import Ring, RingNode, _origin
 
 PER_UPDATE = 100  # messages sent in one update
 PERIOD = 0.001  # timer seconds between the sender's updates
@@ -39,25 +44,39 @@ class Sender(Node):
         super().__init__(period=PERIOD, seed=0)
         self.tensor = tensor
         self.left = count
+        self.began = 0.0  # perf_counter at the first update
+        self.began_cpu = 0.0  # process_time then
 
     def on_update(self, dt: float) -> None:
+        if not self.began:
+            self.began, self.began_cpu = time.perf_counter(), time.process_time()
         for _ in range(min(PER_UPDATE, self.left)):
             self.out.send(self.tensor, copy=False)
         self.left = max(0, self.left - PER_UPDATE)
 
 
-def _run(tensor: torch.Tensor, count: int, record: mujou.Recorder | None) -> float:
-    """Wall seconds to send ``count`` messages (and write them, with ``record``)."""
+def _children_cpu() -> float:
+    """CPU seconds of the child processes that ended (the recorder process, once reaped)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _run(tensor: torch.Tensor, count: int, record: mujou.Recorder | None) -> tuple[float, float, float]:
+    """Wall seconds from the first update until ``count`` messages are sent (and, with
+    ``record``, written: until the file is complete); the run's process's CPU seconds (every
+    thread) over the same span; and the recorder process's CPU seconds, its start included.
+    The run's start (with ``record``, the recorder process's start) is not in the wall time, as
+    mcap alone's imports are not."""
     sender = Sender(tensor, count)
     net = mujou.Net()
     net.sender = sender
-    run = mujou.run(net, workers=1, timer=mujou.VirtualTimer(), record=record)
-    began = time.perf_counter()
-    with run:
+    children = _children_cpu()
+    with mujou.run(net, workers=1, timer=mujou.VirtualTimer(), record=record) as run:
         run.sleep(PERIOD * (count // PER_UPDATE + 2))
-    wall = time.perf_counter() - began
+    wall = time.perf_counter() - sender.began
+    cpu = time.process_time() - sender.began_cpu
     assert sender.left == 0
-    return wall
+    return wall, cpu, _children_cpu() - children
 
 
 def _mcap_alone(path: Path, payload: bytes, count: int, compression: str | None, chunk_size: int) -> float:
@@ -89,14 +108,12 @@ def record_throughput(nbytes: int, count: int, compression: str | None = None) -
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "run.mcap"
         _run(tensor, max(1, count // 10), mujou.Recorder(path, compression=compression))  # warm-up
-        recorded = _run(tensor, count, mujou.Recorder(path, compression=compression))
+        recorded, run_cpu, recorder_cpu = _run(tensor, count, mujou.Recorder(path, compression=compression))
         file_bytes = os.path.getsize(path)
-        sends = _run(tensor, count, None)
+        sends, sends_cpu, _ = _run(tensor, count, None)
+        began = time.process_time()
         alone = _mcap_alone(Path(folder) / "alone.mcap", payload, count, compression, DEFAULT_CHUNK_SIZE)
-    began = time.perf_counter()
-    for _ in range(count):
-        encode_tensor(tensor)
-    encoding = time.perf_counter() - began
+        alone_cpu = time.process_time() - began
     return {
         "nbytes": nbytes,
         "count": count,
@@ -106,29 +123,127 @@ def record_throughput(nbytes: int, count: int, compression: str | None = None) -
         "mcap_mb_per_second": count * nbytes / alone / 1e6,
         "ratio": alone / recorded,
         "sends_us": 1e6 * sends / count,
-        "encode_us": 1e6 * encoding / count,
         "mcap_us": 1e6 * alone / count,
         "recorded_us": 1e6 * recorded / count,
+        # CPU µs a message: the run's process recorded and plain (their difference is the tap),
+        # the recorder process (its start included), mcap alone
+        "run_cpu_us": 1e6 * run_cpu / count,
+        "sends_cpu_us": 1e6 * sends_cpu / count,
+        "recorder_cpu_us": 1e6 * recorder_cpu / count,
+        "mcap_cpu_us": 1e6 * alone_cpu / count,
         "file_bytes": file_bytes,
     }
 
 
-def fleet_recorded(n: int, seconds: float) -> Metrics:
-    """The fleet (bench/mujou_system.py), once plain and once with every output recorded; and
-    what one send costs the hook that sends ``n`` in a row (as the fleet's nodes due together
-    on one worker do), plain and recorded: the tap's share of the lateness, which the machine's
-    load moves far less than the lateness itself."""
-    plain = mujou_system.fleet(n, seconds, workers=1)
+def fleet_recorded(n: int, seconds: float, rounds: int = 1) -> Metrics:
+    """The fleet (bench/mujou_system.py's ring of ``n`` nodes on one worker), plain and with
+    every output recorded, in ``rounds`` pairs of runs of ``seconds`` each, interleaved (plain
+    then recorded, then recorded then plain, ...) so that a slow minute of the shared machine
+    falls on both; each p99 is that of every update of its runs pooled.
+
+    How far the added p99 can be trusted: ``added_p99_low_ms``/``added_p99_high_ms``, the 5th
+    and 95th percentiles of the added p99 over the pairs drawn again with replacement (a
+    bootstrap, seeded); and the machine's own noise, ``plain_halves_p99_ms``: the pooled p99 of
+    the even pairs' plain runs minus that of the odd pairs' (what an added p99 of 0 looks like).
+    Where a slot's lateness comes from: ``*_wake_p99_ms``, the p99 of each slot's first
+    update's lateness (the worker woken late: the machine, or a copy of the tap under way),
+    and ``*_spread_p99_ms``, that of the span from its first update's start to its last's (the
+    updates before the last, with their sends and taps). Also what one send costs the hook
+    that sends ``n`` in a row (as the fleet's nodes due together on one worker do), plain and
+    recorded: the tap's share, which the load moves far less.
+    """
+    plain: list[torch.Tensor] = []
+    recorded: list[torch.Tensor] = []
+    shares: dict[bool, list[float]] = {False: [], True: []}
+    # Each slot's lateness taken apart: its first update's (the worker's wake-up) and the time
+    # from its first update's start to its last's (the updates before the last, taps included).
+    parts: dict[bool, tuple[list[torch.Tensor], list[torch.Tensor]]] = {False: ([], []), True: ([], [])}
     with tempfile.TemporaryDirectory() as folder:
-        recorded = mujou_system.fleet(n, seconds, workers=1, record_to=str(Path(folder) / "fleet.mcap"))
+        for k in range(rounds):
+            for record in (False, True) if k % 2 == 0 else (True, False):
+                path = str(Path(folder) / f"fleet-{k}.mcap") if record else None
+                lateness, share, wake, spread = _fleet_lateness(n, seconds, path)
+                (recorded if record else plain).append(lateness)
+                shares[record].append(share)
+                parts[record][0].append(wake)
+                parts[record][1].append(spread)
         send_plain = send_cost(n, seconds / 2, None)
         send_recorded = send_cost(n, seconds / 2, mujou.Recorder(Path(folder) / "sends.mcap"))
-    found: dict[str, Any] = {f"plain_{key}": value for key, value in plain.items()}
-    found.update({f"recorded_{key}": value for key, value in recorded.items()})
-    found["added_p99_ms"] = recorded["lateness_p99_ms"] - plain["lateness_p99_ms"]
+    found: dict[str, Any] = {"n": n, "seconds": seconds, "rounds": rounds}
+    for name, runs in (("plain", plain), ("recorded", recorded)):
+        pooled = torch.cat(runs)
+        found[f"{name}_lateness_p50_ms"] = 1e3 * _quantile(pooled, 0.50)
+        found[f"{name}_lateness_p99_ms"] = 1e3 * _quantile(pooled, 0.99)
+        found[f"{name}_lateness_max_ms"] = 1e3 * float(pooled.max())
+        found[f"{name}_share"] = sum(shares[name == "recorded"]) / rounds
+        found[f"{name}_updates"] = len(pooled)
+        wake, spread = (torch.cat(part) for part in parts[name == "recorded"])
+        found[f"{name}_wake_p99_ms"] = 1e3 * _quantile(wake, 0.99)
+        found[f"{name}_spread_p99_ms"] = 1e3 * _quantile(spread, 0.99)
+    found["added_p99_ms"] = found["recorded_lateness_p99_ms"] - found["plain_lateness_p99_ms"]
+    each = sorted(
+        1e3 * (_quantile(r, 0.99) - _quantile(p, 0.99)) for p, r in zip(plain, recorded, strict=True)
+    )
+    found["added_p99_per_pair_median_ms"] = each[len(each) // 2]
+    if rounds >= 2:
+        low, high = _bootstrap_added_p99(plain, recorded)
+        found["added_p99_low_ms"], found["added_p99_high_ms"] = low, high
+        found["plain_halves_p99_ms"] = 1e3 * (
+            _quantile(torch.cat(plain[0::2]), 0.99) - _quantile(torch.cat(plain[1::2]), 0.99)
+        )
     found["send_us_plain"] = send_plain
     found["send_us_recorded"] = send_recorded
     return found
+
+
+def _fleet_lateness(
+    n: int, seconds: float, record_to: str | None
+) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor]:
+    """The lateness (seconds) of every update of one fleet run due in (0, ``seconds``] and
+    started by ``seconds + GRACE``, and their share of those due (as the fleet workload counts);
+    and, for each slot, its first update's lateness and the span of its updates' starts."""
+    zero = zeros()
+    nodes = [RingNode(w, zero) for w in weights(n)]
+    with mujou.run(Ring(nodes), workers=1, record=record_to) as run:
+        origin = _origin(run)
+        run.sleep(max(0.0, seconds + GRACE - run.time))
+    record = Record()
+    for node in nodes:
+        node.record(record)
+    limit, last_start = seconds + 1e-9, origin + seconds + GRACE
+    lateness = []
+    slots: dict[float, list[float]] = {}
+    for start, due in zip(record.starts, record.dues, strict=True):
+        if due <= limit and start <= last_start:
+            lateness.append(start - origin - due)
+            slots.setdefault(due, []).append(start - origin - due)
+    wake = [min(slot) for slot in slots.values()]
+    spread = [max(slot) - min(slot) for slot in slots.values()]
+    share = len(lateness) / (n * math.floor(seconds / FLEET_PERIOD + 1e-9))
+    as_tensor = functools.partial(torch.tensor, dtype=torch.float64)
+    return as_tensor(lateness), share, as_tensor(wake), as_tensor(spread)
+
+
+def _quantile(values: torch.Tensor, q: float) -> float:
+    """The ``q``-quantile, nearest rank (as bench/_common.py's percentile)."""
+    rank = min(len(values), max(1, math.ceil(q * len(values))))
+    return float(values.kthvalue(rank).values)
+
+
+def _bootstrap_added_p99(
+    plain: list[torch.Tensor], recorded: list[torch.Tensor], draws: int = 200
+) -> tuple[float, float]:
+    """The 5th and 95th percentiles (ms) of the pooled added p99 over the pairs of runs drawn
+    again with replacement (a pair's two runs drawn together: they shared the machine's minute)."""
+    chosen = random.Random(0)
+    added = []
+    for _ in range(draws):
+        pairs = [chosen.randrange(len(plain)) for _ in plain]
+        p99_plain = _quantile(torch.cat([plain[i] for i in pairs]), 0.99)
+        p99_recorded = _quantile(torch.cat([recorded[i] for i in pairs]), 0.99)
+        added.append(1e3 * (p99_recorded - p99_plain))
+    added.sort()
+    return added[draws // 20], added[draws - 1 - draws // 20]
 
 
 class Sends(Node):

@@ -99,6 +99,7 @@ class Durations:
     soak: float = 10.0  # the soak (--soak-seconds); run once, not repeated
     start_stops: int = 10  # the runs started and stopped in each start-stop-2p case
     record_bytes: int = 200 << 20  # bytes recorded in each record-* case (of each of its runs)
+    record_pairs: int = 10  # record-fleet-100: pairs of runs (plain, recorded), interleaved
 
 
 FULL = Durations(
@@ -127,6 +128,7 @@ QUICK = Durations(
     tags=1.0,
     soak=5.0,
     start_stops=5,
+    record_pairs=6,
 )
 START_STOP_LIMIT = 30.0  # seconds more of a start-stop-2p case's limit per run (spawn: seconds a run)
 SLOW = 20.0  # a run that took longer than this (set-up) is not repeated: its one run is its median
@@ -264,8 +266,12 @@ def plan_record(durations: Durations, systems: list[str]) -> list[Case]:
         count = max(100, min(100_000, durations.record_bytes // nbytes))
         sizes: dict[str, Any] = {"nbytes": nbytes, "count": count, "compression": None}
         found.append(Case(MUJOU_1, workload, "record_throughput", sizes, durations.limit, "mujou_record"))
-    fleet: dict[str, Any] = {"n": RECORD_FLEET_N, "seconds": durations.fleet}
-    found.append(Case(MUJOU_1, "record-fleet-100", "fleet_recorded", fleet, durations.limit, "mujou_record"))
+    # Plain and recorded runs interleaved, record_pairs of each (about 2.5 s a run more than
+    # its seconds: the start, the grace, the tap's cost measured after them).
+    pairs = durations.record_pairs
+    fleet: dict[str, Any] = {"n": RECORD_FLEET_N, "seconds": durations.fleet, "rounds": pairs}
+    limit = durations.limit + pairs * 2 * (durations.fleet + 2.5)
+    found.append(Case(MUJOU_1, "record-fleet-100", "fleet_recorded", fleet, limit, "mujou_record"))
     return found
 
 
@@ -969,7 +975,9 @@ def record_targets(results: Results) -> list[Target]:
             "Recording every output of the fleet (N = 100): added p99 lateness ≤ 0.1 ms",
             _format("record-fleet-100", m) if m else "—",
             "—",
-            (m["added_p99_ms"] <= 0.1) if m else None,
+            # Met only where the pairs redrawn keep it under 0.1 ms: not on a machine whose
+            # noise (plain against plain) is larger than the target.
+            (m.get("added_p99_high_ms", m["added_p99_ms"]) <= 0.1) if m else None,
         )
     )
     return found
@@ -1050,14 +1058,35 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             f"{_rate(m['messages_per_second'])} / s, {m['mb_per_second']:,.0f} MB / s "
             f"({m['ratio']:.2f}× mcap alone: {_rate(m['mcap_messages_per_second'])} / s, "
             f"{m['mcap_mb_per_second']:,.0f} MB / s); per message: {m['recorded_us']:.1f} µs "
-            f"= sends {m['sends_us']:.1f} + encoding {m['encode_us']:.1f} + writing and the rest "
             f"(mcap alone {m['mcap_us']:.1f} µs)"
+            + (
+                f"; CPU per message: the run's process {m['run_cpu_us']:.1f} µs (without recording "
+                f"{m['sends_cpu_us']:.1f}), the recorder process {m['recorder_cpu_us']:.1f}, mcap "
+                f"alone {m['mcap_cpu_us']:.1f}"
+                if "run_cpu_us" in m
+                else ""
+            )
         )
     if workload == "record-fleet-100":
         return (
             f"p99 {_ms(m['plain_lateness_p99_ms'])} → {_ms(m['recorded_lateness_p99_ms'])} "
-            f"(+{1e3 * m['added_p99_ms']:.0f} µs), share {m['plain_share']:.3f} → "
-            f"{m['recorded_share']:.3f}"
+            f"({1e3 * m['added_p99_ms']:+.0f} µs"
+            + (
+                f", 90% of pairs redrawn {1e3 * m['added_p99_low_ms']:+.0f} to "
+                f"{1e3 * m['added_p99_high_ms']:+.0f} µs; plain against plain "
+                f"{1e3 * m['plain_halves_p99_ms']:+.0f} µs; {m['rounds']:.0f} pairs of "
+                f"{m['seconds']:g} s"
+                if "added_p99_low_ms" in m
+                else ""
+            )
+            + f"), share {m['plain_share']:.3f} → {m['recorded_share']:.3f}"
+            + (
+                f"; a slot's first update p99 {_ms(m['plain_wake_p99_ms'])} → "
+                f"{_ms(m['recorded_wake_p99_ms'])}, its span p99 {_ms(m['plain_spread_p99_ms'])} → "
+                f"{_ms(m['recorded_spread_p99_ms'])}"
+                if "plain_wake_p99_ms" in m
+                else ""
+            )
             + (
                 f"; a send of 100 in a row {m['send_us_plain']:.2f} → {m['send_us_recorded']:.2f} µs"
                 if "send_us_plain" in m

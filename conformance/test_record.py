@@ -828,3 +828,83 @@ def test_host_writes_are_recorded_as_the_inputs_messages(tmp_path: Path) -> None
         ):
             _writes(run, doubler)
     assert reader.seen == recorded == [1.0, 2.0, 4.0]
+
+
+@pytest.mark.rule("replay.writes")
+def test_a_replay_makes_the_recorded_hosts_writes_itself(tmp_path: Path) -> None:
+    """Replay(writes=True): the recorded host's writes (inputs=, and two run.write at one time
+    with the woken nodes' instants between them) are made at their tags, so a host that only
+    sleeps replays the run bit for bit, with no node replaced, and with the written node
+    replaced (the writes wake its stand-in at its tags). A host call more in the replay moves
+    the tags: an error naming both. Bad arguments are refused. Planted: the instants of a time
+    not run up to a write's microstep (the second write at 0.1 made at microstep 2, refused);
+    the advance run to ``until`` before the writes (made at 0.2, refused); the tag check taken
+    away (the host call more passes: DID NOT RAISE)."""
+    path = tmp_path / "host.mcap"
+
+    def net() -> tuple[Bag, Doubler, Reader]:
+        doubler, reader = Doubler(), Reader()
+        bag = Bag(d=doubler, r=reader)
+        bag.connect(doubler.out, reader.x)
+        return bag, doubler, reader
+
+    bag, doubler, reader = net()
+    with mujou.run(bag, timer=vt(), inputs={doubler.x: torch.tensor(0.5)}, record=path) as run:
+        _writes(run, doubler)
+        recorded_out = run.read(doubler.out)
+        recorded_x = run.read(doubler.x)
+    recorded = reader.seen
+    assert recorded == [1.0, 2.0, 4.0]
+    with mujou.Recording(path) as recording:
+        bag, doubler, reader = net()
+        with (
+            hang_guard(HANG_GUARD),
+            mujou.run(bag, timer=vt(), replay=mujou.Replay(recording, nodes=[], writes=True)) as run,
+        ):
+            run.sleep(0.2)  # no write: the replay makes them
+            assert run.time == 0.2
+            out, x = run.read(doubler.out), run.read(doubler.x)
+        assert reader.seen == recorded
+        assert out is not None and recorded_out is not None and torch.equal(out, recorded_out)
+        assert x is not None and recorded_x is not None and torch.equal(x, recorded_x)
+        bag, doubler, reader = net()
+        replay = mujou.Replay(recording, nodes=["d"], writes=True)  # d's writes wake its stand-in
+        with hang_guard(HANG_GUARD), mujou.run(bag, timer=vt(), replay=replay) as run:
+            run.sleep(0.2)
+            assert run.read(doubler.x) == 2.0
+        assert reader.seen == recorded
+        bag, doubler, reader = net()
+        with pytest.raises(ValueError, match=r"inputs= gives 'd\.x', whose first message the replay writes"):
+            mujou.run(
+                bag,
+                timer=vt(),
+                inputs={doubler.x: torch.tensor(0.5)},
+                replay=mujou.Replay(recording, nodes=[], writes=True),
+            )
+        bag, doubler, reader = net()
+        with (
+            hang_guard(HANG_GUARD),
+            mujou.run(bag, timer=vt(), replay=mujou.Replay(recording, nodes=[], writes=True)) as run,
+        ):
+            run.sleep(0.05)
+            run.write(doubler.x, torch.tensor(9.0))  # not in the recording: the tags move on
+            with pytest.raises(ValueError, match=r"writes 'd\.x' after tag \(0\.1, .*not of this run"):
+                run.sleep(0.15)
+        with pytest.raises(ValueError, match="only the virtual timer"):
+            mujou.run(net()[0], replay=mujou.Replay(recording, nodes=[], writes=True))
+        with pytest.raises(ValueError, match="in the host's process only"):
+            bag, doubler, reader = net()
+            mujou.run(
+                bag,
+                timer=vt(),
+                processes={"far": reader},
+                replay=mujou.Replay(recording, nodes=[], writes=True),
+            )
+        with pytest.raises(ValueError, match="run it without state="):
+            mujou.run(net()[0], timer=vt(), state={}, replay=mujou.Replay(recording, nodes=[], writes=True))
+        with pytest.raises(ValueError, match="does not start at a keyframe"):
+            mujou.Replay(recording, nodes=[], writes=True, start=0.0)
+        with pytest.raises(ValueError, match=r"at least one node to replace \(or writes=True\)"):
+            mujou.Replay(recording, nodes=[])
+        with pytest.raises(TypeError, match="writes must be a bool, got str"):
+            mujou.Replay(recording, nodes=["d"], writes="yes")  # type: ignore[arg-type]

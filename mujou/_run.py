@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from types import TracebackType
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # Protocols the classes fit: their modules import this one (m
     from ._handles import ProcessGroup as Group
     from ._handles import RunProcesses as Processes
     from ._handles import RunRecording as Session
+    from ._record._replay import HostWrites
 
 
 def _host_message(port: Input[Any], message: object, what: str) -> tuple[Any, Nest | None]:
@@ -50,6 +52,7 @@ class Run:
     _subscriptions: list[Subscription[Any]]
     _seed: int  # the run's seed (threads.run-seed), set by mujou.run after _setup
     _recording: Session | None  # record=: the run's recording, if any
+    _replayed: HostWrites | None = None  # Replay(writes=True): the recorded host's writes
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("mujou.Run has no public constructor; use mujou.run(net)")
@@ -124,11 +127,15 @@ class Run:
 
     def _advance(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         """Virtual timer: run the tags up to ``until`` (in every process of the run), stopping
-        at each keyframe time of a recording to take it (record.keyframes)."""
+        at each keyframe time of a recording to take it (record.keyframes), and at each write
+        of a replay's recorded host to make it (replay.writes)."""
+        advance = self._advance_all
+        if self._replayed is not None:
+            advance = functools.partial(self._replayed.advance, self, self._advance_all)
         recording = self._recording
         if recording is not None and recording.takes_keyframes:
-            return recording.advance(self, self._advance_all, until, done)
-        return self._advance_all(until, done)
+            return recording.advance(self, advance, until, done)
+        return advance(until, done)
 
     def _advance_all(self, until: float | None, done: Callable[[], bool] | None) -> bool:
         if self._processes is not None:

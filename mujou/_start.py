@@ -107,6 +107,8 @@ def run(
     nodes = list(net.nodes())
     _check_net(net, nodes)
     _check_cycles(nodes)
+    if isinstance(replay, Replay):
+        inputs = replay._inputs_at_start(nodes, inputs)  # replay.writes: the recorded inputs=
     first = _check_inputs(nodes, inputs)
     placement = None if processes is None else check_processes(nodes, processes)
     if placement is not None and not placement.groups:
@@ -219,6 +221,8 @@ def run(
     handle = Run.__new__(Run)
     handle._setup(net, engine, None, recording)
     handle._seed = chosen_seed
+    if replay is not None:
+        handle._replayed = replay._host_writes(engine, handle.write)  # replay.writes
     if recording is not None:
         recording.started(handle)
     if progress:

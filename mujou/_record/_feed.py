@@ -47,7 +47,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 HEADER = struct.Struct("<IIdq")  # payload bytes, kind, stamp (timer seconds), aux
-_pack_header = HEADER.pack_into
 _HEAD = 0  # word indices
 _TAIL = 8
 _MESSAGES = 9
@@ -134,6 +133,19 @@ class _Mapped:
         os.close(self.fd)
 
 
+# A message form as FeedWriter.message takes it: the pack of its header and prefix, its kind,
+# prefix, payload bytes, record bytes (header and padding included) and data bytes.
+MessageForm = tuple[Callable[..., None], int, bytes, int, int, int]
+
+
+def message_form(kind: int, prefix: bytes, nbytes: int) -> MessageForm:
+    """The form of messages of ``kind`` whose payload is ``prefix`` then ``nbytes`` of data:
+    worked out once, so that appending one packs its header and prefix in one call."""
+    length = len(prefix) + nbytes
+    packer = struct.Struct(f"{HEADER.format}{len(prefix)}s")
+    return packer.pack_into, kind, prefix, length, HEADER.size + ((length + _PAD) & ~_PAD), nbytes
+
+
 class FeedWriter:
     """The run's process's end: appends records (any thread; one at a time, by a lock).
 
@@ -202,18 +214,16 @@ class FeedWriter:
             self._fence()
         self._words[_HEAD] = self._head
 
-    def message(self, form: tuple[int, bytes, int], address: int, stamp: float, microstep: int) -> bool:
-        """Append a message of ``form`` (its kind, the bytes its encoding puts before the data,
-        and the data's bytes): the prefix, then the data at ``address`` (a tensor's memory), one
-        payload that the recorder process writes as it is.
+    def message(self, form: MessageForm, address: int, stamp: float, microstep: int) -> bool:
+        """Append a message of ``form`` (:func:`message_form`): the header and the prefix in one
+        pack, then the data at ``address`` (a tensor's memory), one payload that the recorder
+        process writes as it is.
 
         False, appending nothing, when the ring has no room for it now, or ``waiting`` messages
         wait. The payload must be at most :meth:`largest` (a larger one goes by :meth:`record`).
         The hooks' path: everything it needs is at hand, the rest is in :meth:`_reserve`.
         """
-        kind, prefix, nbytes = form
-        length = len(prefix) + nbytes
-        need = 24 + ((length + _PAD) & ~_PAD)  # HEADER.size
+        pack, kind, prefix, length, need, nbytes = form
         lock = self._lock
         lock.acquire()
         try:
@@ -228,14 +238,12 @@ class FeedWriter:
                 if found is None:
                     return False
                 offset, head = found, self._head
-            start = DATA + offset + 24
-            _pack_header(self._view, start - 24, length, kind, stamp, microstep)
-            self._view[start : start + len(prefix)] = prefix
+            pack(self._view, DATA + offset, length, kind, stamp, microstep, prefix)
             copy = self._copy
             if copy is None:
-                ctypes.memmove(self._address + offset + 24 + len(prefix), address, nbytes)
+                ctypes.memmove(self._address + offset + length - nbytes + 24, address, nbytes)
             else:
-                self._to.value = self._address + offset + 24 + len(prefix)
+                self._to.value = self._address + offset + length - nbytes + 24  # HEADER.size
                 self._from.value = address
                 copy(self._to, self._from, nbytes)
             self._head = head = head + need

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, final
 
 import torch
@@ -33,7 +33,7 @@ import torch
 from .._messages import map_tensors
 from .._node import Node
 from .._numbers import non_negative, positive
-from .._ports import Output
+from .._ports import Input, Output
 from .._state import META_KEY
 from ._check import node_mismatches
 from ._reader import RecordedMessage, Recording
@@ -41,6 +41,7 @@ from ._reader import RecordedMessage, Recording
 if TYPE_CHECKING:
     from .._engine import Engine
     from .._engine._slot import Slot
+    from .._handles import RunView
     from .._processes._placement import Placement
 
 
@@ -71,6 +72,9 @@ class Replay:
             instead of from the beginning (:ref:`replay.start`).
         rate: Recording seconds per timer second under the real-time timer
             (:ref:`replay.real-time`); ``1.0`` under the virtual timer.
+        writes: Make the recorded host's writes (``inputs=`` and ``run.write``) at their
+            recorded tags, so that the host's calls need not make them again
+            (:ref:`replay.writes`; virtual timer). ``nodes`` may then be empty.
 
     Raises:
         TypeError, ValueError: an argument is not allowed.
@@ -83,6 +87,7 @@ class Replay:
         nodes: Iterable[str | Node],
         start: float | None = None,
         rate: float = 1.0,
+        writes: bool = False,
     ) -> None:
         if not isinstance(recording, Recording):
             raise TypeError(
@@ -107,12 +112,22 @@ class Replay:
             if name in names:
                 raise ValueError(f"nodes names {name!r} twice")
             names.append(name)
-        if not names:
-            raise ValueError("nodes must name at least one node to replace")
+        if not isinstance(writes, bool):
+            raise TypeError(f"writes must be a bool, got {type(writes).__name__}: {writes!r}")
+        if not names and not writes:
+            raise ValueError("nodes must name at least one node to replace (or writes=True)")
+        if writes and start is not None:
+            raise ValueError(
+                "Replay(writes=True) makes the host's writes from the recording's beginning; "
+                "it does not start at a keyframe (start=)"
+            )
         self.recording = recording
         self.nodes: tuple[str, ...] = tuple(names)
         self.start = None if start is None else non_negative("start", start, optional=True)
         self.rate = positive("rate", rate, unit="")
+        self.writes = writes
+        self._inputs: dict[str, Input[Any]] = {}  # writes=True: the inputs the replay writes
+        self._first: set[str] = set()  # those whose first message went as inputs=
         self._lock = threading.Lock()  # the position, from the host and the stand-ins
         self._engine: Engine | None = None
         self._anchor_run = 0.0  # the timer time at which the position was last set
@@ -124,7 +139,8 @@ class Replay:
     def __repr__(self) -> str:
         start = "" if self.start is None else f", start={self.start!r}"
         rate = "" if self.rate == 1.0 else f", rate={self.rate!r}"
-        return f"Replay({self.recording!r}, nodes={list(self.nodes)!r}{start}{rate})"
+        writes = ", writes=True" if self.writes else ""
+        return f"Replay({self.recording!r}, nodes={list(self.nodes)!r}{start}{rate}{writes})"
 
     # -- mujou.run's side ------------------------------------------------------------------
 
@@ -136,6 +152,11 @@ class Replay:
 
     def _state(self, state: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         """The state tree the run starts from: the keyframe of ``start``, or ``state``."""
+        if self.writes and state is not None:
+            raise ValueError(
+                "Replay(writes=True) makes the host's writes from the recording's beginning: "
+                "run it without state="
+            )
         if self.start is None:
             return state
         if state is not None:
@@ -172,11 +193,74 @@ class Replay:
                     "(processes=); a replaced node runs in the host's process: leave it out of "
                     "processes="
                 )
+        if self.writes:
+            self._check_writes(nodes, virtual, placement)
         problems: list[str] = []
         for name in self.nodes:  # record.read-check-net's check, of the replaced nodes
             problems += node_mismatches(self.recording, by_name[name], name, period=False)
         if problems:
             raise ValueError("the recording does not fit the net: " + "; ".join(problems))
+
+    def _check_writes(self, nodes: Sequence[Node], virtual: bool, placement: Placement | None) -> None:
+        """writes=True: the inputs it writes; refused under the real-time timer and with
+        processes (replay.writes)."""
+        if not virtual:
+            raise ValueError(
+                "Replay(writes=True) makes the host's writes at their recorded tags, which only the "
+                "virtual timer repeats: run the replay under mujou.VirtualTimer()"
+            )
+        if placement is not None:
+            raise ValueError(
+                "Replay(writes=True) makes the host's writes in the host's process only: run the "
+                "replay without processes="
+            )
+        self._inputs = self._written(nodes)
+
+    def _written(self, nodes: Sequence[Node]) -> dict[str, Input[Any]]:
+        """The inputs writes=True writes: recorded, without a source (a replaced node's too:
+        the writes wake it at its recorded tags)."""
+        recorded = self.recording.ports
+        return {
+            port.name: port
+            for node in nodes
+            for port in node._mujou.ports.values()
+            if isinstance(port, Input)
+            and port.source is None
+            and port.name in recorded
+            and recorded[port.name].direction == "input"
+        }
+
+    def _inputs_at_start(
+        self, nodes: Sequence[Node], inputs: Mapping[Input[Any], Any] | None
+    ) -> Mapping[Input[Any], Any] | None:
+        """``mujou.run``'s ``inputs=`` with writes=True: the first recorded message of each
+        input it writes at the run's first tag (0, 0), which the recorded run's ``inputs=`` (or
+        a write before any instant) gave; given ``inputs=`` on such an input is refused."""
+        if not self.writes:
+            return inputs
+        written = self._written(nodes)
+        first: dict[Input[Any], Any] = {}
+        for message in self.recording.messages(ports=list(written), end=0.0) if written else ():
+            port = written[message.port]
+            if message.microstep == 0 and port not in first:
+                first[port] = message.value
+        given = dict(inputs) if isinstance(inputs, Mapping) else {}
+        both = [port.name for port in first if port in given]
+        if both:
+            raise ValueError(
+                f"inputs= gives {', '.join(map(repr, both))}, whose first message the replay writes "
+                "(Replay(writes=True)); leave them out of inputs="
+            )
+        self._first = {port.name for port in first}
+        return inputs if not first else {**given, **first}
+
+    def _host_writes(self, engine: Engine, write: Callable[[Input[Any], Any], None]) -> HostWrites | None:
+        """What makes the recorded host's writes in ``engine``'s run (writes=True) with
+        ``write`` (``run.write``), or None; the first ones went as ``inputs=``."""
+        if not self.writes:
+            return None
+        messages = self.recording.messages(ports=list(self._inputs)) if self._inputs else iter(())
+        return HostWrites(engine, write, self._inputs, _after_first(messages, self._first))
 
     def _install(self, engine: Engine, state: Mapping[str, Any] | None) -> None:
         """Put the stand-ins in place of the replaced nodes' hooks, for ``engine``'s run."""
@@ -453,6 +537,72 @@ class _Standin:
             f"{where}, but {when}: the recording is not of this run (another net, seed, input "
             "or start)"
         )
+
+
+class HostWrites:
+    """The recorded host's writes of a replay (``Replay(writes=True)``), made at their tags.
+
+    ``Run._advance`` hands the run's advance to :meth:`advance`, which stops the run at each
+    write's time, runs that time's instants up to the write's microstep, and writes it with
+    ``run.write``: where the recorded run's host did (record.writes: a write follows the tag of
+    its microstep, and the host sees whole instants only). A write whose tag the run does not
+    reach in the same way means the recording is not of this run: an error naming both tags.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        write: Callable[[Input[Any], Any], None],
+        inputs: Mapping[str, Input[Any]],
+        messages: Iterator[RecordedMessage],
+    ) -> None:
+        self._engine = engine
+        self._write = write
+        self._inputs = inputs
+        self._messages = messages
+        self._next = next(messages, None)
+
+    def advance(
+        self,
+        run: RunView,
+        advance: Callable[[float | None, Callable[[], bool] | None], bool],
+        until: float | None,
+        done: Callable[[], bool] | None,
+    ) -> bool:
+        """``advance(until, done)``, making each recorded write on the way at its tag."""
+        engine = self._engine
+        while True:
+            message = self._next
+            if message is None or (until is not None and tag_ns(message.time) > tag_ns(until)):
+                return advance(until, done)
+            at = tag_ns(message.time)
+            if at > tag_ns(run.time):
+                if advance(message.time, done):
+                    return True
+                if engine.ended or tag_ns(run.time) < at:
+                    return False
+            # The instants of this time up to the write's microstep (as the host's sleep(0)).
+            if at == tag_ns(run.time) and engine.microstep < message.microstep and advance(run.time, done):
+                return True
+            if at != tag_ns(run.time) or engine.microstep != message.microstep:
+                raise ValueError(
+                    f"replay of the host's writes: the recording writes {message.port!r} after tag "
+                    f"({message.time!r}, {message.microstep}), but the run is at tag "
+                    f"({run.time!r}, {engine.microstep}) there: the recording is not of this run "
+                    "(another net, seed, input or host call)"
+                )
+            self._write(self._inputs[message.port], message.value)
+            self._next = next(self._messages, None)
+
+
+def _after_first(messages: Iterable[RecordedMessage], first: set[str]) -> Iterator[RecordedMessage]:
+    """``messages`` less the first one at tag (0, 0) of each port of ``first`` (given as inputs=)."""
+    left = set(first)
+    for message in messages:
+        if message.port in left and message.microstep == 0 and tag_ns(message.time) == 0:
+            left.discard(message.port)
+            continue
+        yield message
 
 
 def _to_device(value: Any, device: torch.device) -> Any:

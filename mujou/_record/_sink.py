@@ -2,7 +2,7 @@
 
 Started by the recorder of a run (``_recorder.Session``) with :data:`LAUNCH`, which imports this
 module and ``_feed`` without Mujou's package (so without torch: the process starts in the time
-it takes to import ``mcap``). It reads its :class:`Config` from its standard input, then the
+it takes to start Python). It reads its :class:`Config` from its standard input, then the
 feed, until an ``END`` record: then it writes ``mujou.end`` and the file's summary, and exits 0.
 Any error ends it with its traceback on its standard error and exit code 1, which the run's
 process reports. Its standard input reaches its end when the run's process is gone (killed):
@@ -13,17 +13,17 @@ the last ``window_ns`` of timer time, and writes them (pickled) to the path of a
 or of the ``END`` record, for the run's process to write the snapshot file from.
 
 The recorder process does what the recording costs but the copy of the bytes into the feed:
-``mcap``'s writer (the run's process puts each message in the feed encoded, as its bytes go
-in), a few
-µs of Python per message, on another interpreter, so that the hooks never wait for the GIL it
-holds (NOTE [ the writer and the GIL ] in ``_recorder``). Under the real-time timer it runs at
-a lower priority (``nice``) than the run, so that on a busy machine the run's threads get the
-CPU first; the feed holds what it has not yet taken meanwhile.
+the MCAP writer (``_mcapwrite``; the run's process puts each message in the feed encoded, as
+its bytes go in), about a µs of Python per message, on another interpreter, so that the hooks
+never wait for the GIL it holds (NOTE [ the writer and the GIL ] in ``_recorder``). Under the
+real-time timer it runs at a lower priority (``nice``) than the run, so that on a busy machine
+the run's threads get the CPU first; the feed holds what it has not yet taken meanwhile.
 """
 
 from __future__ import annotations
 
 import collections
+import io
 import os
 import pickle
 import sys
@@ -33,7 +33,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from . import _feed
+from . import _feed, _mcapwrite
 
 STATE_MEDIA_TYPE = "application/x-mujou-state"
 _IDLE_FIRST = 0.0002  # real seconds of the first sleep on an empty feed; it doubles up to _IDLE_MOST
@@ -74,27 +74,16 @@ class Config:
     real_time: bool
 
 
-def new_writer(stream: Any, chunk_size: int, compression: str | None, library: str) -> Any:
-    """An ``mcap`` writer on ``stream``, started: the recorder's and a snapshot's."""
-    from mcap import writer as mcap
-
-    kinds = mcap.CompressionType
-    kind = {"zstd": kinds.ZSTD, "lz4": kinds.LZ4, None: kinds.NONE}[compression]
-    started = mcap.Writer(stream, chunk_size=chunk_size, compression=kind)
-    started.start(profile="mujou", library=library)
-    return started
-
-
 class Unbuffered:
-    """A file written without a buffer: mcap writes each chunk whole, so a run that is killed
-    leaves every chunk written before it in the file (a buffer would keep the last ones back).
-    Only what mcap's writer calls: write, tell, close."""
+    """A file written without a buffer: the writer writes each chunk whole, so a run that is
+    killed leaves every chunk written before it in the file (a buffer would keep the last ones
+    back). Only what the writer calls: write, tell, close."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._position = 0
 
-    def write(self, data: bytes | memoryview) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
@@ -122,6 +111,23 @@ def trim(keyframes: list[Keyframe], messages: collections.deque[Message]) -> Non
         del keyframes[0]
 
 
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles plain values only (str, bytes, numbers, tuples, lists, dicts): a record that
+    names a class would import its module here (a ``torch.TorchVersion`` imported torch, two
+    seconds of CPU at each recording's start, while the run waited for the header)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise ValueError(
+            f"a feed record holds a {module}.{name}: only plain values (str, bytes, numbers, "
+            "tuples, lists, dicts) go to the recorder process"
+        )
+
+
+def plain_loads(payload: bytes | memoryview) -> Any:
+    """The plain values a record of the feed was pickled from (:class:`_PlainUnpickler`)."""
+    return _PlainUnpickler(io.BytesIO(payload)).load()
+
+
 class Sink:
     """What the records are written to: the MCAP file, or a snapshot recorder's memory."""
 
@@ -136,7 +142,9 @@ class Sink:
         self.schemas: dict[tuple[str, bytes], int] = {}
         if config.file_fd is not None:
             self.stream = Unbuffered(config.file_fd)
-            self.writer = new_writer(self.stream, config.chunk_size, config.compression, config.library)
+            self.writer = _mcapwrite.new_writer(
+                self.stream, config.chunk_size, config.compression, config.library
+            )
 
     def take(self, kind: int, stamp: float, aux: int, payload: memoryview) -> bool:
         """Write (or keep) one record; True at the END record (the file is complete)."""
@@ -149,7 +157,7 @@ class Sink:
             else:
                 self._keep((channel_id, time_ns, aux, bytes(payload)))
         elif kind == _feed.FORM:
-            form, channel_id = pickle.loads(payload)
+            form, channel_id = plain_loads(payload)
             self.forms[form] = channel_id
         elif kind == _feed.ATTACH:
             if self.writer is not None:
@@ -164,14 +172,14 @@ class Sink:
                 self.keyframes.append((aux, bytes(payload)))
                 trim(self.keyframes, self.kept)
         elif kind == _feed.CHANNEL:
-            self._channel(*pickle.loads(payload))
+            self._channel(*plain_loads(payload))
         elif kind == _feed.META:
             if self.writer is not None:
-                self.writer.add_metadata(*pickle.loads(payload))
+                self.writer.add_metadata(*plain_loads(payload))
         elif kind == _feed.DUMP:
-            self._dump(pickle.loads(payload))
+            self._dump(plain_loads(payload))
         elif kind == _feed.END:
-            end, path = pickle.loads(payload)
+            end, path = plain_loads(payload)
             self._end(end, path)
             return True
         else:
@@ -246,7 +254,7 @@ def serve(config: Config, gone: threading.Event) -> None:
             took = True
             if kind >= first_form and add is not None:  # the most of them: Sink.take's first case
                 time_ns = round(stamp * 1e9)
-                add(forms[kind], time_ns, payload, time_ns, aux)  # mcap copies the payload
+                add(forms[kind], time_ns, payload, time_ns, aux)  # the writer copies the payload
                 sink.messages += 1
             elif sink.take(kind, stamp, aux, payload):
                 reader.count(sink.messages)
