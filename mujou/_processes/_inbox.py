@@ -176,6 +176,19 @@ class Inbox:
             if not self._stopped and not self.engine.ended:
                 self.engine.crashed(NO_HOLDER, exc, exits=False)
 
+    def prepare(self) -> None:
+        """On a thread about to wait: make the tensors of each ring's next message now
+        (``RingReader.prepare``), so that taking a record copies into them. A pipe another
+        thread reads now is left to the next wait."""
+        for inbound in self._inbound.values():
+            if inbound.closed or not inbound.readers or not inbound.lock.acquire(blocking=False):
+                continue
+            try:
+                for reader in inbound.readers.values():
+                    reader.prepare()
+            finally:
+                inbound.lock.release()
+
     def _read(self, inbound: _Inbound, woken: list[_Port]) -> None:
         """With ``inbound.lock`` held: read the pipe until it is empty, take its records."""
         fd = inbound.fd
@@ -321,6 +334,7 @@ class Inbox:
             with self._polls_lock:
                 self._register(poll)  # after the workers': woken only when no worker waits
             while self._open():
+                self.prepare()
                 for fd, _ in poll.poll():
                     if fd == self._wake:
                         with contextlib.suppress(BlockingIOError):
@@ -383,6 +397,7 @@ class ListeningGate:
             if not blocking or self._shut():
                 return False
             self._waiter = threading.get_ident()
+        self._inbox.prepare()
         deadline = None if timeout < 0 else time.monotonic() + timeout
         receive, event, poll = self._inbox.receive, self._event, self.poll
         try:
