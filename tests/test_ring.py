@@ -344,10 +344,10 @@ _PATTERNS = 16  # message n holds n % _PATTERNS everywhere; the writer precomput
 _MESSAGES = 3000
 
 
-def _write_numbers(conn: Connection, count: int, slots: int) -> None:
-    """The child: write messages 1..count, message n a big tensor holding n % _PATTERNS."""
+def _write_numbers(conn: Connection, count: int, slots: int, elements: int = _BIG) -> None:
+    """The child: write messages 1..count, message n a tensor of ``elements`` holding n % _PATTERNS."""
     torch.set_num_threads(1)
-    sources = [torch.full((_BIG,), float(value)) for value in range(_PATTERNS)]
+    sources = [torch.full((elements,), float(value)) for value in range(_PATTERNS)]
     writer = RingWriter(slots)
     conn.send(writer.write([sources[1]], 1.0, 1))
     if conn.recv() != "go":
@@ -370,11 +370,13 @@ def _recv(conn: Connection, what: str) -> object:
     return conn.recv()
 
 
-def test_reads_across_processes_are_never_torn_and_leave_no_segment() -> None:
+# 256 KiB: a writer that fences; 2 KiB: on x86-64 one that does not (_Ring.fenced).
+@pytest.mark.parametrize("elements", [_BIG, 512])
+def test_reads_across_processes_are_never_torn_and_leave_no_segment(elements: int) -> None:
     before = _torch_segments()
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe()
-    child = context.Process(target=_write_numbers, args=(there, _MESSAGES, 2), name="ring-writer")
+    child = context.Process(target=_write_numbers, args=(there, _MESSAGES, 2, elements), name="ring-writer")
     child.start()
     there.close()
     try:

@@ -49,6 +49,35 @@ millisecond between messages, and each costs 3-4 times what it costs in a warm l
 receiver thread's hand-off to the worker (deliver, the worker's wake-up, its wait for the
 GIL the receiver held) was about 40 µs of it; a parked worker that reads the pipe itself
 removes it. What is left is the Python of each step, measured again below.
+
+After (a parked worker takes the record and runs the update; the record written at once,
+``_wire.Pipe.send``; the slot copied into tensors made while the worker was idle,
+``RingReader.prepare``; no reader fence on x86-64), 256 B, load 5-6, the floor 35-39 µs in
+the same minutes:
+
+    the sender (in the child)                                   cumulative
+      send() to its watcher                                        7.0
+      ring.write (the bare tensor's path)                         23.0
+      Pipe.send: the lock, one os.write                           31.8
+    the host's worker
+      wakes in its epoll: Inbox.receive entered                   59.4
+      the pipe read, the slot copied into the spare, joined       83.8
+      the stand-in set (Standins.publish)                         90.6
+      _arrived: the lock, arrive(), deliver (its own gate only
+        marked open: no syscall)                                 107.5
+      back through Parking.wait and the worker's loop, the
+        policy's take, begin_update: on_update starts            118.2
+      its read returns                                           119.8
+
+What is left, and what would remove it: the wake-up itself is the floor's (a bare pipe
+and epoll, or a blocking read, in a thread: 16-25 µs here); the rest is about 80 µs of
+Python run cold, each step 3-4 times its warm cost: the ring's write (the layout check,
+two ctypes fences, torch's copy) 15, the pipe 9, the copy out 25, the arrival and the way
+back to the update 28 (the path of trigger to start within a process, ``_update``'s NOTE
+[ the cost of an update ]). Reaching 1.5x the floor would leave about 20 µs for all of it:
+a compiled path for the record (ring write and read, the frame, the publish) and a plan
+made at run start by which the worker that takes a record claims the update it triggers
+without the policy's lock.
 """
 
 from __future__ import annotations

@@ -76,7 +76,10 @@ orders those threads' accesses before the caller's next step, as torch's own res
 On x86-64 the reader needs no fence instruction: its loads are not reordered with one
 another (TSO), and each of its three steps is a C call of its own, which the compiler cannot
 move; so ``_read_fence`` is a no-op there (each fence was a ctypes call on the reader's path,
-a few microseconds with cold caches). The writer keeps its fences, for non-temporal stores.
+a few microseconds with cold caches). The writer's stores are kept in order by TSO too,
+except non-temporal ones, which glibc's ``memcpy`` uses only above a threshold of at least
+0x4040 bytes: so on x86-64 the writer of a ring whose slots are smaller than 0x4000 bytes
+does not fence (``_Ring.fenced``), and a larger one does.
 
 The fences make this hold on every CPU, whatever instructions torch's copies use. Neither
 torch nor CPython offers one, so ``_fence`` is C11 ``atomic_thread_fence(memory_order_seq_cst)``
@@ -173,9 +176,12 @@ _fence, _NO_FENCE = _find_fence()
 # The reader's fences: none on x86-64, where loads are not reordered with other loads (TSO),
 # so the reader's three steps (done, the copy, started) stay in order without a fence; each
 # is a separate C call, which the compiler cannot move past the others. Elsewhere the fence.
-_read_fence: Callable[[], None] = (
-    (lambda: None) if platform.machine().lower() in {"x86_64", "amd64"} else _fence
-)
+_TSO = platform.machine().lower() in {"x86_64", "amd64"}
+_read_fence: Callable[[], None] = (lambda: None) if _TSO else _fence
+# Slots smaller than this are copied with ordinary stores on x86-64 (glibc takes non-temporal
+# stores only above its threshold, 0x4040 bytes at the least), so their writer needs no
+# fence either: TSO keeps its stores in order. Larger slots keep the writer's fences.
+_PLAIN_STORES_BELOW = 0x4000
 
 
 # --- copies (module level, so a test can interleave a writer with them) --------------------
@@ -240,6 +246,9 @@ class _Ring:
                 f"announce's buffer does not fit its layout: {buffer.numel()} bytes of "
                 f"{buffer.dtype}, expected {header_bytes + self.slots * slot_bytes} of torch.uint8"
             )
+        # Whether the writer fences (on x86-64, only a slot that may be copied with
+        # non-temporal stores needs it: NOTE [ the ring's seqlock ]).
+        self.fenced = not _TSO or slot_bytes >= _PLAIN_STORES_BELOW
         address = buffer.data_ptr()
         # Both views alias the header; they do not keep the buffer alive: self.announce does.
         self.words = (ctypes.c_int64 * header_words).from_address(address)
@@ -364,7 +373,9 @@ class RingWriter:
         slot = n % ring.slots
         words = ring.words
         words[_STARTED] = n
-        _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
+        fenced = ring.fenced
+        if fenced:
+            _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
         for view, tensor in zip(ring.views[slot], tensors, strict=True):
             # A slot's view is a dtype view of the buffer, which autograd does not track back
             # to it: copying a tensor that requires grad would put the view itself in the
@@ -372,7 +383,8 @@ class RingWriter:
             _copy_in(view, tensor.detach() if tensor.requires_grad else tensor)
         words[_SLOT_WORDS + 2 * slot] = number
         ring.floats[_SLOT_WORDS + 2 * slot + 1] = stamp
-        _fence()  # the slot's bytes before done
+        if fenced:
+            _fence()  # the slot's bytes before done
         words[_DONE] = n
         self._count = n
         self._number = number
