@@ -700,3 +700,70 @@ class Locked(Node):
     def __init__(self) -> None:
         super().__init__(period=0.1, seed=0)
         self.lock = threading.Lock()
+
+
+# --- a process whose every worker is busy (proc.wake) ---------------------------------------------
+
+HOLD = 20.0  # seconds Hog holds its worker at most: only reached when the messages do not come
+_HOG_SAW: list[int] = []  # in a process of the run: the count Hog read as it began to hold
+_WATCHED = threading.Event()  # set there by Watcher once it read a count sent during the hold
+
+
+class Pulse(Node):
+    """Periodic (5 ms): sends its count."""
+
+    out = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.005, seed=0)
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        self.count += 1
+        self.out.send(torch.tensor(self.count))
+
+
+class Hog(Node):
+    """Triggered by ``x``, on a worker: its first update holds that worker until ``Watcher``,
+    on a thread of its own, read a count sent two after the one Hog read (HOLD seconds at
+    most), then sends whether it did."""
+
+    x = Input()
+    held = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+        self.first = True
+
+    def on_update(self, dt: float) -> None:
+        if self.first:
+            self.first = False
+            count = self.x.read()
+            assert count is not None  # triggered by it
+            _HOG_SAW.append(int(count))
+            self.held.send(torch.tensor(_WATCHED.wait(HOLD)))
+
+
+class Watcher(Node):
+    """Triggered by ``x``, on a thread of its own: sets ``_WATCHED`` once it reads a count sent
+    while Hog holds the worker."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), dedicated_thread=True, seed=0)
+
+    def on_update(self, dt: float) -> None:
+        count = self.x.read()
+        if count is not None and _HOG_SAW and int(count) >= _HOG_SAW[0] + 2:
+            _WATCHED.set()
+
+
+class Hogged(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pulse = Pulse()
+        self.hog = Hog()
+        self.watcher = Watcher()
+        self.connect(self.pulse.out, self.hog.x)
+        self.connect(self.pulse.out, self.watcher.x)

@@ -29,6 +29,7 @@ from _process_nodes import (
     Contextual,
     DiesInATag,
     Failing,
+    Hogged,
     HostCalls,
     Inside,
     Leaker,
@@ -469,6 +470,20 @@ def test_messages_cross_whole_and_in_order_under_the_real_time_timer(clean: Call
     # take well under a second here; a timed poll of 50 ms on the path of each round trip
     # would take longer than the timeout.
     check_wire(net, processes, 500)
+    clean()
+
+
+@pytest.mark.rule("proc.wake", "proc.wake-worker")
+def test_messages_reach_a_process_whose_every_worker_is_busy(clean: Callable[[], None]) -> None:
+    """The one worker of the reader's process runs a long update; the messages another
+    process sends meanwhile are still received there at once: a node on a thread of its own
+    that they trigger reads them while the update runs, which ends the update (planted: only
+    an idle worker takes the records, no thread of Mujou's does: nothing is received until
+    the update ends, which then waits its whole bound and sends False)."""
+    net = Hogged()
+    with mujou.run(net, workers=1, processes={"rx": [net.hog, net.watcher]}) as run:
+        held = run.wait_for(net.hog.held, timeout=HANG_GUARD)
+    assert bool(held), "the messages sent during the long update did not reach its process"
     clean()
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -343,10 +344,10 @@ _PATTERNS = 16  # message n holds n % _PATTERNS everywhere; the writer precomput
 _MESSAGES = 3000
 
 
-def _write_numbers(conn: Connection, count: int, slots: int) -> None:
-    """The child: write messages 1..count, message n a big tensor holding n % _PATTERNS."""
+def _write_numbers(conn: Connection, count: int, slots: int, elements: int = _BIG) -> None:
+    """The child: write messages 1..count, message n a tensor of ``elements`` holding n % _PATTERNS."""
     torch.set_num_threads(1)
-    sources = [torch.full((_BIG,), float(value)) for value in range(_PATTERNS)]
+    sources = [torch.full((elements,), float(value)) for value in range(_PATTERNS)]
     writer = RingWriter(slots)
     conn.send(writer.write([sources[1]], 1.0, 1))
     if conn.recv() != "go":
@@ -369,11 +370,13 @@ def _recv(conn: Connection, what: str) -> object:
     return conn.recv()
 
 
-def test_reads_across_processes_are_never_torn_and_leave_no_segment() -> None:
+# 256 KiB: a writer that fences; 2 KiB: on x86-64 one that does not (_Ring.fenced).
+@pytest.mark.parametrize("elements", [_BIG, 512])
+def test_reads_across_processes_are_never_torn_and_leave_no_segment(elements: int) -> None:
     before = _torch_segments()
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe()
-    child = context.Process(target=_write_numbers, args=(there, _MESSAGES, 2), name="ring-writer")
+    child = context.Process(target=_write_numbers, args=(there, _MESSAGES, 2, elements), name="ring-writer")
     child.start()
     there.close()
     try:
@@ -436,3 +439,37 @@ def test_a_writer_that_laps_every_copy_makes_the_reader_give_up_not_spin(
     assert copies[0] == _ring._TRIES
     monkeypatch.setattr(_ring, "_copy_out", original)
     assert read(reader)[0] == written[0]
+
+
+# --- the reader's spare tensors (RingReader.prepare) ----------------------------------------------
+
+
+def test_a_prepared_reader_copies_into_tensors_it_then_hands_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After ``prepare`` a read copies into tensors made ahead, which become the caller's: a
+    later read never writes into them, and a copy the writer laps is made again (planted: the
+    spare kept after it was handed out: the second read overwrote the first's message)."""
+    writer = RingWriter(slots=2)
+    sent = [torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.tensor([7], dtype=torch.int64)]
+    reader = RingReader(passed(_first(writer.write(sent, 1.0, 1))))
+    assert reader.prepare() and not reader.prepare()  # made once, until handed out
+    number, stamp, first = read(reader)
+    assert (number, stamp) == (1, 1.0)
+    assert_same(first, sent)
+    assert reader.prepare()
+    original = _ring._copy_into
+    lapped = [False]
+
+    def lapping(*args: Any) -> None:  # the writer laps this copy once: it is made again
+        if not lapped[0]:
+            lapped[0] = True
+            for n in (3, 4):
+                writer.write([sent[0] + n, sent[1] + n], float(n), n)
+        original(*args)
+
+    writer.write([sent[0] + 2, sent[1] + 2], 2.0, 2)
+    monkeypatch.setattr(_ring, "_copy_into", lapping)
+    number, _, second = read(reader)
+    assert number == 4 and lapped[0]
+    assert_same(second, [sent[0] + 4, sent[1] + 4])
+    assert_same(first, sent)  # the first message is still the first
+    assert second[0].data_ptr() != first[0].data_ptr()

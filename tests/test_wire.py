@@ -17,11 +17,11 @@ import pytest
 import torch
 from _support import HANG_GUARD
 
+from mujou._processes._inbox import Inbox
 from mujou._processes._ring import Announce, RingWriter
 from mujou._processes._wire import (
     _NONBLOCKING,
     Pipe,
-    Receiver,
     Standins,
     _framed,
     _sharer,
@@ -170,6 +170,7 @@ class _Engine:
 
     def __init__(self) -> None:
         self.ended = False
+        self.workers = 0  # no worker waits on the pipes: the receiver's thread takes them
         self.crashes: list[BaseException] = []
 
     def crashed(self, holder: int, exc: BaseException, *, exits: bool) -> None:
@@ -187,9 +188,9 @@ def test_an_announcement_whose_sender_took_its_descriptor_back_ends_the_receiver
     pipe.send("y", _record("y"), _announce_of(1))
     pipe.close()  # takes the descriptor back, closes the writing end
     engine = _Engine()
-    receiver = Receiver(cast(Any, engine), Standins(["y"]), [reader])
+    receiver = Inbox(cast(Any, engine), Standins(["y"]), [reader])
     receiver.start()
-    receiver._threads[0].join(HANG_GUARD)  # it ends by itself, at the pipe's end
-    assert not receiver._threads[0].is_alive()
+    receiver._thread.join(HANG_GUARD)  # it ends by itself, at the pipe's end
+    assert not receiver._thread.is_alive()
     assert engine.crashes == []
     assert reader.closed

@@ -20,7 +20,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ._batches import EXIT, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
@@ -93,6 +93,14 @@ class CpuClocks:
             return math.nan
 
 
+class Gate(Protocol):
+    """What a thread parks on: a lock held while nobody opened it (``threading.Lock``), or a
+    gate that does more while its worker waits (``_processes._inbox.ListeningGate``)."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
+    def release(self) -> None: ...
+
+
 class Parking:
     """Parked threads, each on a gate of its own; every method is called with ``lock`` held.
 
@@ -105,9 +113,7 @@ class Parking:
 
     def __init__(self, lock: threading.Lock, gates: int) -> None:
         self._lock = lock
-        self._gates = [threading.Lock() for _ in range(gates)]  # held while nobody opened it
-        for gate in self._gates:
-            gate.acquire()
+        self._gates: list[Gate] = [_closed_lock() for _ in range(gates)]  # held while nobody opened it
         self._workers: list[int] = []  # the parked workers, the latest last
         self._others: list[int] = []  # the parked dedicated threads
 
@@ -152,6 +158,33 @@ class Parking:
         parked, self._workers = self._workers, []
         for number in parked:
             self._gates[number].release()
+
+    def use_gates(self, gates: Sequence[Gate] | None) -> None:
+        """The workers park on ``gates`` from now on (None: on plain locks again); the parked
+        ones are woken, to park on their new gate when they wait again."""
+        self.notify_workers()
+        for number in range(len(gates) if gates is not None else len(self._gates)):
+            if gates is not None:
+                self._gates[number] = gates[number]
+            elif not isinstance(self._gates[number], _LOCK):
+                self._gates[number] = _closed_lock()
+
+    def prefer(self, number: int) -> None:
+        """If worker ``number`` is parked, make it the one the next ``notify_worker`` wakes:
+        the worker that received a message runs the update it triggers (_processes._inbox)."""
+        workers = self._workers
+        if number in workers and workers[-1] != number:
+            workers.remove(number)
+            workers.append(number)
+
+
+_LOCK = type(threading.Lock())
+
+
+def _closed_lock() -> threading.Lock:
+    gate = threading.Lock()
+    gate.acquire()
+    return gate
 
 
 def guarded(engine: Engine, holder: int, body: Callable[..., None], *args: Any) -> None:

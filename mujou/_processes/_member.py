@@ -24,7 +24,8 @@ from .._node import Node
 from .._port import _Port
 from .._ports import Input, Output
 from .._stats import RunStats
-from ._wire import NO_HOLDER, Crossing, Forwarders, Pipe, Receiver, Standins, joined, split
+from ._inbox import Inbox
+from ._wire import NO_HOLDER, Crossing, Forwarders, Pipe, Standins, joined, split
 
 # What a failure is, as it crosses to the host: a HookError's node, hook, time, the cause
 # (pickled when it can be, else None), its type's name, its text and its traceback's text;
@@ -57,7 +58,7 @@ class Member:
         outputs = {name: ports[name] for name in outgoing}
         assert all(isinstance(port, Output) for port in outputs.values())
         self.forwarders = Forwarders(outputs, engine.virtual)  # type: ignore[arg-type]  # checked
-        self.receiver: Receiver | None = None
+        self.receiver: Inbox | None = None
         self._pipes: list[Pipe] = []  # this process's ends of the wake pipes it writes
         self._members = {id(node) for node in nodes}
         self._saved_readers: list[tuple[Output[Any], list[Input[Any]]]] = []
@@ -146,7 +147,7 @@ class Member:
             pipe.on_crash = lambda exc: engine.crashed(NO_HOLDER, exc, exits=False)
         self.forwarders.install({name: list(pipes.get(name, ())) for name in self.forwarders.outputs})
         if not self.engine.virtual and inbound:
-            self.receiver = Receiver(self.engine, self.standins, inbound)
+            self.receiver = Inbox(self.engine, self.standins, inbound)
             self.receiver.start()
         for hook in self.on_go:
             hook()

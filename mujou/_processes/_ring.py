@@ -73,6 +73,14 @@ leaves are copied by torch (``copy_``, ``clone``), which may use any instruction
 non-temporal stores, ``rep movsb``) and, for large tensors, its intra-op threads; their join
 orders those threads' accesses before the caller's next step, as torch's own results rely on.
 
+On x86-64 the reader needs no fence instruction: its loads are not reordered with one
+another (TSO), and each of its three steps is a C call of its own, which the compiler cannot
+move; so ``_read_fence`` is a no-op there (each fence was a ctypes call on the reader's path,
+a few microseconds with cold caches). The writer's stores are kept in order by TSO too,
+except non-temporal ones, which glibc's ``memcpy`` uses only above a threshold of at least
+0x4040 bytes: so on x86-64 the writer of a ring whose slots are smaller than 0x4000 bytes
+does not fence (``_Ring.fenced``), and a larger one does.
+
 The fences make this hold on every CPU, whatever instructions torch's copies use. Neither
 torch nor CPython offers one, so ``_fence`` is C11 ``atomic_thread_fence(memory_order_seq_cst)``
 from libatomic (``mfence`` on x86-64, which orders every store, non-temporal ones included;
@@ -165,6 +173,15 @@ def _find_fence() -> tuple[Callable[[], None], str | None]:
 
 # A full memory fence (NOTE [ the ring's seqlock ]); _NO_FENCE says why there is none.
 _fence, _NO_FENCE = _find_fence()
+# The reader's fences: none on x86-64, where loads are not reordered with other loads (TSO),
+# so the reader's three steps (done, the copy, started) stay in order without a fence; each
+# is a separate C call, which the compiler cannot move past the others. Elsewhere the fence.
+_TSO = platform.machine().lower() in {"x86_64", "amd64"}
+_read_fence: Callable[[], None] = (lambda: None) if _TSO else _fence
+# Slots smaller than this are copied with ordinary stores on x86-64 (glibc takes non-temporal
+# stores only above its threshold, 0x4040 bytes at the least), so their writer needs no
+# fence either: TSO keeps its stores in order. Larger slots keep the writer's fences.
+_PLAIN_STORES_BELOW = 0x4000
 
 
 # --- copies (module level, so a test can interleave a writer with them) --------------------
@@ -176,6 +193,15 @@ def _copy_in(slot_view: torch.Tensor, tensor: torch.Tensor) -> None:
 
 def _copy_out(slot_view: torch.Tensor) -> torch.Tensor:
     return slot_view.clone()
+
+
+def _copy_into(spare: Sequence[int], spans: Sequence[tuple[int, int]]) -> None:
+    """Copy a slot's leaves (``spans``: address, bytes) to the spare tensors at ``spare``."""
+    for target, (source, nbytes) in zip(spare, spans, strict=True):
+        _memmove(target, source, nbytes)
+
+
+_memmove = ctypes.memmove
 
 
 # --- the shared buffer -----------------------------------------------------------------------
@@ -220,6 +246,9 @@ class _Ring:
                 f"announce's buffer does not fit its layout: {buffer.numel()} bytes of "
                 f"{buffer.dtype}, expected {header_bytes + self.slots * slot_bytes} of torch.uint8"
             )
+        # Whether the writer fences (on x86-64, only a slot that may be copied with
+        # non-temporal stores needs it: NOTE [ the ring's seqlock ]).
+        self.fenced = not _TSO or slot_bytes >= _PLAIN_STORES_BELOW
         address = buffer.data_ptr()
         # Both views alias the header; they do not keep the buffer alive: self.announce does.
         self.words = (ctypes.c_int64 * header_words).from_address(address)
@@ -235,6 +264,14 @@ class _Ring:
                     for offset, dtype, shape in leaves
                 ]
             )
+        # Per slot, each leaf's (address, bytes): what a reader copies into its spare tensors.
+        self.spans = [
+            [
+                (address + header_bytes + slot * slot_bytes + offset, math.prod(shape) * dtype.itemsize)
+                for offset, dtype, shape in leaves
+            ]
+            for slot in range(self.slots)
+        ]
 
 
 def _allocate(layout: Layout, slots: int, generation: int, structured: bool) -> _Ring:
@@ -336,7 +373,9 @@ class RingWriter:
         slot = n % ring.slots
         words = ring.words
         words[_STARTED] = n
-        _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
+        fenced = ring.fenced
+        if fenced:
+            _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
         for view, tensor in zip(ring.views[slot], tensors, strict=True):
             # A slot's view is a dtype view of the buffer, which autograd does not track back
             # to it: copying a tensor that requires grad would put the view itself in the
@@ -344,7 +383,8 @@ class RingWriter:
             _copy_in(view, tensor.detach() if tensor.requires_grad else tensor)
         words[_SLOT_WORDS + 2 * slot] = number
         ring.floats[_SLOT_WORDS + 2 * slot + 1] = stamp
-        _fence()  # the slot's bytes before done
+        if fenced:
+            _fence()  # the slot's bytes before done
         words[_DONE] = n
         self._count = n
         self._number = number
@@ -361,6 +401,10 @@ class RingReader:
 
     def __init__(self, announce: Announce) -> None:
         self._ring: _Ring | None = self._open(announce)
+        # Tensors made ahead (``prepare``) for the next copy out, and their addresses: the
+        # copy is then a memmove per leaf, without a tensor made on the reader's path.
+        self._spare: list[torch.Tensor] | None = None
+        self._spare_at: list[int] = []
 
     @staticmethod
     def _open(announce: Announce) -> _Ring:
@@ -401,6 +445,18 @@ class RingReader:
                 f"got generation {announce.generation!r}"
             )
         self._ring = self._open(announce)
+        self._spare = None
+
+    def prepare(self) -> bool:
+        """Make the tensors of the next ``latest`` now (a thread about to wait calls it), if
+        they are not made yet; whether it made them."""
+        ring = self._ring
+        if ring is None or self._spare is not None:
+            return False
+        spare = [torch.empty(shape, dtype=dtype) for dtype, shape in ring.announce.layout]
+        self._spare_at = [tensor.data_ptr() for tensor in spare]
+        self._spare = spare
+        return True
 
     def latest(self) -> tuple[int, float, list[torch.Tensor]] | None:
         """``(number, stamp, tensors)`` of the newest complete slot; None before any write,
@@ -416,18 +472,25 @@ class RingReader:
             raise RuntimeError("the ring reader is closed")
         words = ring.words
         slots = ring.slots
+        spare = self._spare
         tries = 0
         while True:
             done = words[_DONE]
             if done == 0:
                 return None
-            _fence()  # done before the slot's bytes
+            _read_fence()  # done before the slot's bytes
             slot = done % slots
-            tensors = [_copy_out(view) for view in ring.views[slot]]
+            if spare is None:
+                tensors = [_copy_out(view) for view in ring.views[slot]]
+            else:
+                _copy_into(self._spare_at, ring.spans[slot])
+                tensors = spare
             number = words[_SLOT_WORDS + 2 * slot]
             stamp = ring.floats[_SLOT_WORDS + 2 * slot + 1]
-            _fence()  # the slot's bytes before started
+            _read_fence()  # the slot's bytes before started
             if words[_STARTED] < done + slots:
+                if spare is not None:
+                    self._spare = None  # handed out: the next copy makes its own
                 return number, stamp, tensors
             # The writer began write done + K (or later) on this slot: the copy may be torn.
             # Copy the newest slot again, at most _TRIES times (NOTE [ a reader that keeps

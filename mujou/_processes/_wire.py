@@ -1,4 +1,4 @@
-"""The ports that cross processes, in one process: stand-ins, forwarders and the receiver.
+"""The ports that cross processes, in one process: stand-ins and forwarders.
 
 An input whose source is in another process reads a *stand-in*: an output of no node, named
 as the source, whose latest message this process sets when one arrives (proc.latest-value).
@@ -6,8 +6,9 @@ The process's outputs that have readers elsewhere get a watcher that forwards ea
 
 - under the real-time timer, into the output's ring of shared-memory slots (a nest's
   structure too, pickled into a leaf of its own), then a small record on the wake pipe of
-  each reader's process (proc.transport, proc.wake); a receiver thread there takes the
-  newest slot, publishes it on the stand-in and wakes the triggered readers at once;
+  each reader's process (proc.transport, proc.wake); there an idle worker, or a thread of
+  Mujou's while none is idle, takes the newest slot, publishes it on the stand-in and wakes
+  the triggered readers at once (``_inbox``);
 - under the virtual timer, into an outbox the host collects at the end of each tag and hands
   to the readers' processes before the next tag is chosen (proc.virtual).
 
@@ -24,7 +25,6 @@ import pickle
 import select
 import struct
 import threading
-import time
 from collections.abc import Callable, Sequence
 from multiprocessing import resource_sharer
 from multiprocessing.connection import Connection
@@ -35,7 +35,7 @@ import torch
 
 from .._messages import Nest, flatten, rebuild
 from .._ports import Output
-from ._ring import Announce, RingReader, RingWriter
+from ._ring import Announce, RingWriter
 
 if TYPE_CHECKING:
     from .._engine import Engine
@@ -184,6 +184,14 @@ class Forwarders:
 
         def send(message: Any) -> None:
             nonlocal room
+            latest = port._latest
+            assert latest is not None
+            if latest[2] is None:  # a bare tensor (the hot path): split's first case, inlined
+                tensor = latest[0]
+                announce = ring.write((tensor if tensor.is_cpu else tensor.cpu(),), latest[3], latest[4])
+                for pipe in pipes:
+                    pipe.send(name, record, announce)
+                return
             _, tensors, rest, stamp, number = split(port, name)
             if rest is not None:
                 leaf = packed_rest(rest, room)
@@ -245,6 +253,12 @@ class Pipe:
                         self.connection.send_bytes(self._announcement(name, announce))
                     self.connection.send_bytes(record[_FRAME.size :])
                     return
+                if announce is None and not self._owes() and len(record) <= select.PIPE_BUF:
+                    try:  # nothing owed before it: the record goes at once (the hot path)
+                        os.write(self._fd, record)  # at most PIPE_BUF bytes: all or nothing
+                        return
+                    except BlockingIOError:
+                        pass  # the pipe is full: owed, as below
                 if announce is not None:
                     self._announces[name] = announce  # replaces an older one still owed
                 self._owed[name] = record  # replaces an older one
@@ -379,96 +393,3 @@ def _take_back(keys: Sequence[_Key]) -> None:
 def _framed(data: bytes) -> bytes:
     """``data`` framed as ``Connection.send_bytes`` frames it: its length, then the bytes."""
     return _FRAME.pack(len(data)) + data
-
-
-class Receiver:
-    """The threads that publish the messages other processes send here (real-time timer).
-
-    One thread per process that sends here, blocked in a read of its pipe (no poll, no
-    selector): each record is taken as it comes, and reads the newest slot of its output, so
-    a reader that falls behind skips to the latest message (proc.latest-value). A thread ends
-    when its sender's process closes the pipe (it stopped, or died: an end of file), and
-    then closes its end and drops its rings. An announcement whose descriptor cannot be
-    fetched any more (an end of file from the sender's resource sharer) means the same: the
-    sender took it back as it closed the pipe, each process of a run stopping at once, so the
-    receiver skips it, and the pipe's end follows. Anything else that goes wrong in it (an
-    ``OSError`` fetching a ring's descriptor, out of descriptors) is this process's, not the
-    sender's: it stops the run with ``MujouInternalError``, as in the engine's own threads.
-    """
-
-    def __init__(self, engine: Engine, standins: Standins, connections: Sequence[Connection]) -> None:
-        self.engine = engine
-        self.standins = standins
-        self._stopped = False
-        self._threads = [
-            threading.Thread(target=self._main, args=(connection,), name="mujou-ports-in", daemon=True)
-            for connection in connections
-        ]
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        """Publish nothing more (the threads end with their senders' pipes)."""
-        self._stopped = True
-
-    def close(self, timeout: float) -> None:
-        """Publish nothing more, and wait up to ``timeout`` seconds for the threads to end
-        (each ends, closing its end and dropping its rings, once its sender's end closed)."""
-        self._stopped = True
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            if thread.ident is not None and thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
-
-    def _main(self, connection: Connection) -> None:
-        readers: dict[str, RingReader] = {}  # this sender's outputs' rings
-        published: dict[str, int] = {}  # the number of the latest message published, by output
-        try:
-            while True:
-                try:
-                    data = connection.recv_bytes()
-                except EOFError:
-                    return  # the sender's process closed its end: it stopped, or died
-                if self._stopped:
-                    continue  # not unpickled: an announcement would fetch a descriptor
-                try:
-                    record = pickle.loads(data)
-                except EOFError:  # an announcement whose descriptor its sender took back
-                    continue  # it closed this pipe (its part of the run ended): its end comes next
-                if record[0] == "announce":
-                    _, name, announce = record
-                    reader = readers.get(name)
-                    if reader is None:
-                        readers[name] = RingReader(announce)
-                    else:
-                        reader.reannounce(announce)
-                    continue
-                self._publish(readers, published, *record)
-        except BaseException as exc:
-            if not self._stopped and not self.engine.ended:
-                self.engine.crashed(NO_HOLDER, exc, exits=False)
-        finally:
-            for reader in readers.values():
-                reader.close()
-            readers.clear()
-            connection.close()
-
-    def _publish(self, readers: dict[str, RingReader], published: dict[str, int], name: str) -> None:
-        """Publish the newest slot of ``name``, unless it is out already (or its ring never
-        came: its sender took the announcement's descriptor back as it ended)."""
-        reader = readers.get(name)
-        if reader is None:
-            return
-        got = reader.latest()
-        if got is None:
-            return
-        slot_number, stamp, tensors = got
-        if slot_number <= published.get(name, 0):
-            return  # published already, by an earlier record that found it newest
-        rest = unpacked_rest(tensors.pop()) if reader.structured else None
-        published[name] = slot_number
-        message, nest = joined(tensors, rest)
-        if not self.engine.ended:
-            self.standins.publish(self.engine, name, message, nest, stamp=stamp, number=slot_number)

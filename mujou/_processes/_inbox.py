@@ -1,0 +1,478 @@
+"""The wake pipes into this process, under the real-time timer: who waits on them, and what
+taking a record does (proc.wake).
+
+Each process that sends here has a pipe of records (``_wire.Pipe``), each of which says "the
+newest slot of output NAME's ring is new" (or announces a new ring). Taking a record copies
+that slot out, publishes it on the output's stand-in and wakes the triggered readers.
+
+Where the host or a child has workers (Linux), the idle workers wait on the pipes themselves:
+each parks on a ``ListeningGate``, an epoll of its own over its wake-up (an eventfd, which
+``Parking``'s notify writes) and every inbound pipe. A record then wakes a parked worker, which
+takes it, and the update it triggers is due at once with that worker preferred
+(``Parking.prefer``): the worker that read the record runs the update, with no hand-off to
+another thread. One thread of Mujou's (``mujou-ports-in``) waits on the pipes too, for when
+no worker is idle (every worker in a long update, or none in this process), so that a message
+never waits for an update to end before it is published.
+
+The pipes are registered in the epolls with ``EPOLLEXCLUSIVE``, the workers' first: a record
+wakes one waiter, and the kernel tries the waiters in the order they were registered, so an
+idle worker is woken rather than the thread. Which one is woken only decides who takes the
+record: every reader of a pipe reads it without blocking, under the pipe's own lock, so
+records are taken whole and in order by whoever comes first, and level-triggered epolls
+leave nothing unread.
+
+NOTE [ the hand-off between processes ]
+
+Send to read of the bench's cross-process workload (a 256 B tensor every millisecond from a
+node in a child to a triggered node in the host, workers=1), per step, p50 of the time since
+the sender's stamp (``time.monotonic`` just before ``send``), load 2-3 on 2 cores; 64 KiB in
+brackets. Before (a receiver thread per pipe, which woke a parked worker):
+
+    the sender (in the child)                                   cumulative
+      send() to its watcher: checks, the latest, the stamp         6.8  (7.5)
+      split the message                                           10.1 (11.6)
+      ring.write: layout check, fences, copy into the slot        24.4 (33.5)
+      Pipe.send: the lock, what is owed, os.write                 45.2 (52.2)
+    the host
+      the receiver thread wakes: recv_bytes returns               60.2 (77.8)
+      pickle.loads, RingReader.latest (copy out), joined          86.9 (113)
+      the stand-in set, the engine's lock taken                   91.2 (118)
+      arrive() for the triggered node                            103   (132)
+      deliver: the parked worker's gate released                 121   (147)
+      the worker wakes, takes the GIL and the lock, asks the
+        policy, begins the update: on_update starts              145   (179)
+      its read returns                                           147   (182)
+
+The floor in the same session: 29-45 µs (a slot copied in, a byte through a pipe, a
+blocked os.read, the slot copied out). Every step here runs cold: the process slept for the
+millisecond between messages, and each costs 3-4 times what it costs in a warm loop. The
+receiver thread's hand-off to the worker (deliver, the worker's wake-up, its wait for the
+GIL the receiver held) was about 40 µs of it; a parked worker that reads the pipe itself
+removes it. What is left is the Python of each step, measured again below.
+
+After (a parked worker takes the record and runs the update; the record written at once,
+``_wire.Pipe.send``; the slot copied into tensors made while the worker was idle,
+``RingReader.prepare``; no reader fence on x86-64), 256 B, load 5-6, the floor 35-39 µs in
+the same minutes:
+
+    the sender (in the child)                                   cumulative
+      send() to its watcher                                        7.0
+      ring.write (the bare tensor's path)                         23.0
+      Pipe.send: the lock, one os.write                           31.8
+    the host's worker
+      wakes in its epoll: Inbox.receive entered                   59.4
+      the pipe read, the slot copied into the spare, joined       83.8
+      the stand-in set (Standins.publish)                         90.6
+      _arrived: the lock, arrive(), deliver (its own gate only
+        marked open: no syscall)                                 107.5
+      back through Parking.wait and the worker's loop, the
+        policy's take, begin_update: on_update starts            118.2
+      its read returns                                           119.8
+
+What is left, and what would remove it: the wake-up itself is the floor's (a bare pipe
+and epoll, or a blocking read, in a thread: 16-25 µs here); the rest is about 80 µs of
+Python run cold, each step 3-4 times its warm cost: the ring's write (the layout check,
+two ctypes fences, torch's copy) 15, the pipe 9, the copy out 25, the arrival and the way
+back to the update 28 (the path of trigger to start within a process, ``_update``'s NOTE
+[ the cost of an update ]). Reaching 1.5x the floor would leave about 20 µs for all of it:
+a compiled path for the record (ring write and read, the frame, the publish) and a plan
+made at run start by which the worker that takes a record claims the update it triggers
+without the policy's lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+from .._engine._arrivals import arrived
+from ._ring import RingReader
+from ._wire import NO_HOLDER, Standins, joined, unpacked_rest
+
+if TYPE_CHECKING:
+    from .._engine import Engine
+    from .._port import _Port
+
+_FRAME = struct.Struct("!i")  # as _wire.Pipe frames a record: the length, then the bytes
+_READ = 1 << 16  # bytes read from a pipe at once: many records
+# Workers that wait on the pipes themselves: where epoll with EPOLLEXCLUSIVE and eventfd are.
+LISTENING = hasattr(select, "EPOLLEXCLUSIVE") and hasattr(os, "eventfd")
+_EXCLUSIVE = getattr(select, "EPOLLEXCLUSIVE", 0)
+_LONGEST = 3600.0  # seconds: an epoll waits at most this at once (its limit is about 24 days)
+
+
+class _Inbound:
+    """One sender process's wake pipe, as this process reads it (under ``lock``)."""
+
+    __slots__ = ("buffer", "closed", "connection", "fd", "lock", "published", "readers")
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.fd = connection.fileno()
+        os.set_blocking(self.fd, False)
+        self.lock = threading.Lock()
+        self.buffer = b""  # bytes of a frame not complete yet
+        self.closed = False
+        self.readers: dict[str, RingReader] = {}  # this sender's outputs' rings
+        self.published: dict[str, int] = {}  # the number of the latest message published, by output
+
+
+class Inbox:
+    """The wake pipes from the other processes, the workers' listening gates and the thread
+    that waits on the pipes while no worker does.
+
+    Anything that goes wrong taking a record (an ``OSError`` fetching a ring's descriptor, out
+    of descriptors) is this process's, not the sender's: it stops the run with
+    ``MujouInternalError``, as in the engine's own threads, and that pipe is read no more.
+    """
+
+    def __init__(self, engine: Engine, standins: Standins, connections: Sequence[Connection]) -> None:
+        self.engine = engine
+        self.standins = standins
+        self._inbound = {inbound.fd: inbound for inbound in map(_Inbound, connections)}
+        self._names: dict[bytes, str] = {}  # a record's bytes: its output's name
+        self._stopped = False
+        self._polls_lock = threading.Lock()  # the epolls' registrations change under it
+        self._polls: list[select.epoll] = []  # every epoll the pipes are in, but gates closed
+        self._gates: list[ListeningGate] = []
+        self._wake = -1  # the thread's eventfd (LISTENING), written to make it look again
+        self._thread = threading.Thread(target=self._main, name="mujou-ports-in", daemon=True)
+
+    def start(self) -> None:
+        """The workers wait on the pipes from now on (where they can), then the thread."""
+        self._listen()
+        self._thread.start()
+
+    def _listen(self) -> None:
+        """The workers park on listening gates, registered on the pipes before the thread."""
+        engine = self.engine
+        if LISTENING and engine.workers > 0:
+            self._gates = [ListeningGate(self, w) for w in range(engine.workers)]
+            with self._polls_lock:
+                for gate in self._gates:  # the workers' first: EPOLLEXCLUSIVE wakes them first
+                    self._register(gate.poll)
+            with engine.lock:
+                engine.parking.use_gates(self._gates)
+
+    def stop(self) -> None:
+        """Publish nothing more (the pipes are still read, to their ends)."""
+        self._stopped = True
+
+    def close(self, timeout: float) -> None:
+        """Publish nothing more; the workers park on plain locks again; wait up to ``timeout``
+        seconds for the thread to end (it ends, closing the pipes and dropping their rings,
+        once each sender's end closed)."""
+        self._stopped = True
+        if self._gates:
+            engine = self.engine
+            with engine.lock:
+                engine.parking.use_gates(None)
+            with self._polls_lock:
+                for gate in self._gates:
+                    self._polls.remove(gate.poll)
+                    gate.close()
+            self._gates = []
+        thread = self._thread
+        if thread.ident is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    # -- taking records -----------------------------------------------------------------------
+
+    def receive(self, fd: int, worker: int | None) -> None:
+        """Take what pipe ``fd`` holds now: publish each output's newest slot, then wake the
+        readers they trigger, with ``worker`` (the caller, parked) preferred. Never blocks."""
+        inbound = self._inbound.get(fd)
+        if inbound is None:
+            return
+        woken: list[_Port] = []
+        try:
+            with inbound.lock:
+                if inbound.closed:
+                    return
+                self._read(inbound, woken)
+            if woken:
+                self._arrived(woken, worker)
+        except BaseException as exc:
+            self._close(inbound)
+            if not self._stopped and not self.engine.ended:
+                self.engine.crashed(NO_HOLDER, exc, exits=False)
+
+    def prepare(self) -> None:
+        """On a thread about to wait: make the tensors of each ring's next message now
+        (``RingReader.prepare``), so that taking a record copies into them. A pipe another
+        thread reads now is left to the next wait."""
+        for inbound in self._inbound.values():
+            if inbound.closed or not inbound.readers or not inbound.lock.acquire(blocking=False):
+                continue
+            try:
+                for reader in inbound.readers.values():
+                    reader.prepare()
+            finally:
+                inbound.lock.release()
+
+    def _read(self, inbound: _Inbound, woken: list[_Port]) -> None:
+        """With ``inbound.lock`` held: read the pipe until it is empty, take its records."""
+        fd = inbound.fd
+        names: dict[str, None] = {}  # the outputs to publish, once each: the newest slot
+        while True:
+            try:
+                chunk = os.read(fd, _READ)
+            except BlockingIOError:
+                break
+            if not chunk:  # the sender's process closed its end: it stopped, or died
+                self._publish_all(inbound, names, woken)
+                self._close_locked(inbound)
+                return
+            data = inbound.buffer + chunk if inbound.buffer else chunk
+            at, end = 0, len(data)
+            while end - at >= _FRAME.size:
+                (length,) = _FRAME.unpack_from(data, at)
+                if end - at - _FRAME.size < length:
+                    break
+                record = data[at + _FRAME.size : at + _FRAME.size + length]
+                at += _FRAME.size + length
+                if self._stopped:
+                    continue  # not unpickled: an announcement would fetch a descriptor
+                name = self._names.get(record)
+                if name is not None:
+                    names[name] = None
+                    continue
+                self._record(inbound, record, names)
+            inbound.buffer = data[at:]
+            if len(chunk) < _READ:
+                break
+        self._publish_all(inbound, names, woken)
+
+    def _record(self, inbound: _Inbound, record: bytes, names: dict[str, None]) -> None:
+        """A record not seen before: an announcement of a new ring, or a first record of an
+        output (kept by its bytes: every later one is the same)."""
+        try:
+            unpickled = pickle.loads(record)
+        except EOFError:  # an announcement whose descriptor its sender took back
+            return  # it closed this pipe (its part of the run ended): its end comes next
+        if unpickled[0] == "announce":
+            _, name, announce = unpickled
+            reader = inbound.readers.get(name)
+            if reader is None:
+                inbound.readers[name] = RingReader(announce)
+            else:
+                reader.reannounce(announce)
+            return
+        (name,) = unpickled
+        self._names[record] = name
+        names[name] = None
+
+    def _publish_all(self, inbound: _Inbound, names: dict[str, None], woken: list[_Port]) -> None:
+        """Publish the newest slot of each of ``names``, unless it is out already (or its ring
+        never came: its sender took the announcement's descriptor back as it ended)."""
+        for name in names:
+            reader = inbound.readers.get(name)
+            if reader is None:
+                continue
+            got = reader.latest()
+            if got is None:
+                continue
+            number, stamp, tensors = got
+            if number <= inbound.published.get(name, 0):
+                continue  # published already, by an earlier record that found it newest
+            rest = unpacked_rest(tensors.pop()) if reader.structured else None
+            inbound.published[name] = number
+            message, nest = joined(tensors, rest)
+            if self.engine.ended or self._stopped:
+                continue
+            self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
+            port = self.standins.ports[name]
+            if port._wakes:
+                woken.append(port)
+
+    def _arrived(self, woken: list[_Port], worker: int | None) -> None:
+        """The messages just published arrive (trigger.real-time); the readers they trigger
+        are due at once, and the parked ``worker`` that took them is the one woken first."""
+        engine = self.engine
+        with engine.lock:
+            if worker is not None:
+                engine.parking.prefer(worker)
+            policy = engine.policy
+            now = engine.clock.now()
+            for port in woken:
+                arrived(policy, port, now)
+            if policy.wake:
+                engine.deliver()
+
+    # -- the pipes' ends -----------------------------------------------------------------------
+
+    def _register(self, poll: select.epoll) -> None:
+        """With ``_polls_lock`` held: ``poll`` waits on every pipe still open."""
+        for fd, inbound in self._inbound.items():
+            if not inbound.closed:
+                poll.register(fd, select.EPOLLIN | _EXCLUSIVE)
+        self._polls.append(poll)
+
+    def _close(self, inbound: _Inbound) -> None:
+        with inbound.lock:
+            self._close_locked(inbound)
+
+    def _close_locked(self, inbound: _Inbound) -> None:
+        """With ``inbound.lock`` held: read the pipe no more, drop its rings, close its end;
+        the thread looks again (it ends once every pipe is closed)."""
+        if inbound.closed:
+            return
+        inbound.closed = True
+        with self._polls_lock:
+            for poll in self._polls:
+                with contextlib.suppress(OSError, ValueError):  # not in it: no epoll here
+                    poll.unregister(inbound.fd)
+        for reader in inbound.readers.values():
+            reader.close()
+        inbound.readers.clear()
+        inbound.connection.close()
+        with self._polls_lock:
+            if self._wake >= 0:
+                os.eventfd_write(self._wake, 1)
+
+    def _open(self) -> list[_Inbound]:
+        return [inbound for inbound in self._inbound.values() if not inbound.closed]
+
+    def _main(self) -> None:
+        """The thread: take the records while no worker does, until every pipe is closed."""
+        try:
+            if LISTENING:
+                self._main_epoll()
+            else:  # pragma: no cover (Linux in CI): one pipe at a time, as they come
+                self._main_poll()
+        except BaseException as exc:
+            if not self._stopped and not self.engine.ended:
+                self.engine.crashed(NO_HOLDER, exc, exits=False)
+        finally:
+            for inbound in self._inbound.values():
+                self._close(inbound)
+
+    def _main_epoll(self) -> None:
+        poll = select.epoll()
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            poll.register(self._wake, select.EPOLLIN)
+            with self._polls_lock:
+                self._register(poll)  # after the workers': woken only when no worker waits
+            while self._open():
+                self.prepare()
+                for fd, _ in poll.poll():
+                    if fd == self._wake:
+                        with contextlib.suppress(BlockingIOError):
+                            os.eventfd_read(self._wake)
+                    else:
+                        self.receive(fd, None)
+        finally:
+            with self._polls_lock:
+                self._polls.remove(poll)
+                wake, self._wake = self._wake, -1
+            poll.close()
+            os.close(wake)
+
+    def _main_poll(self) -> None:  # pragma: no cover (Linux in CI)
+        poll = select.poll()
+        for fd in self._inbound:
+            poll.register(fd, select.POLLIN)
+        while self._open():
+            for fd, _ in poll.poll(100):  # ms: a pipe closed by another thread is seen
+                self.receive(fd, None)
+                if self._inbound[fd].closed:
+                    poll.unregister(fd)
+
+
+class ListeningGate:
+    """Worker ``worker``'s gate in ``Parking`` while it may take the inbound records: as a
+    lock held while nobody opened it, but a wait on it also takes the records that come
+    meanwhile (``Inbox.receive``), and the update one triggers opens it (``prefer``)."""
+
+    __slots__ = ("_closed", "_event", "_inbox", "_mutex", "_open", "_signalled", "_waiter", "_worker", "poll")
+
+    def __init__(self, inbox: Inbox, worker: int) -> None:
+        self._inbox = inbox
+        self._worker = worker
+        self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # written by release
+        self.poll = select.epoll()
+        self.poll.register(self._event, select.EPOLLIN)
+        self._mutex = threading.Lock()
+        self._open = False  # released, not acquired since
+        self._signalled = False  # the eventfd was written since it was last read
+        self._waiter = 0  # the ident of the thread that waits in acquire now (0: none)
+        self._closed = False
+
+    def release(self) -> None:
+        """Open the gate. Its own worker, releasing it as a record it took wakes it
+        (``Inbox._arrived``), only marks it open: it looks before it waits again."""
+        with self._mutex:
+            self._open = True
+            if not self._closed and self._waiter != threading.get_ident() and not self._signalled:
+                self._signalled = True
+                os.eventfd_write(self._event, 1)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Wait until released (True) or ``timeout`` seconds passed (False; -1: no limit),
+        taking the inbound records meanwhile. A closed gate waits no more: ``Parking`` gives
+        its worker a plain lock for its next wait."""
+        with self._mutex:
+            if self._taken():
+                return True
+            if not blocking or self._shut():
+                return False
+            self._waiter = threading.get_ident()
+        self._inbox.prepare()
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        receive, event, poll = self._inbox.receive, self._event, self.poll
+        try:
+            while True:
+                left = -1.0 if deadline is None else min(max(0.0, deadline - time.monotonic()), _LONGEST)
+                for fd, _ in poll.poll(left):
+                    if fd != event:
+                        receive(fd, self._worker)
+                with self._mutex:
+                    if self._taken():
+                        return True
+                    if self._closed or (deadline is not None and time.monotonic() >= deadline):
+                        return False
+        finally:
+            with self._mutex:
+                self._waiter = 0
+                if self._closed:
+                    self._close_fds()
+
+    def _shut(self) -> bool:
+        """Whether the gate was closed (a method: it changes while the worker waits)."""
+        return self._closed
+
+    def _taken(self) -> bool:
+        """With ``_mutex`` held: whether the gate was open; if so it is taken, its eventfd
+        read back to zero."""
+        if not self._open:
+            return False
+        self._open = False
+        if self._signalled and not self._closed:
+            self._signalled = False
+            with contextlib.suppress(BlockingIOError):
+                os.eventfd_read(self._event)
+        return True
+
+    def close(self) -> None:
+        """Wait on nothing more; the descriptors close now, or as its worker leaves a wait."""
+        with self._mutex:
+            self._closed = True
+            if self._waiter:
+                os.eventfd_write(self._event, 1)  # to leave the wait
+            else:
+                self._close_fds()
+
+    def _close_fds(self) -> None:
+        if self._event >= 0:
+            self.poll.close()
+            os.close(self._event)
+            self._event = -1

@@ -1,0 +1,141 @@
+"""The wake pipes into a process (``_processes._inbox``): a parked worker takes the records
+itself (proc.wake-worker), and its listening gate parks like a lock."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import threading
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+import torch
+from _support import HANG_GUARD
+
+from mujou._engine._threads import Parking
+from mujou._processes._inbox import LISTENING, Inbox
+from mujou._processes._ring import RingWriter
+from mujou._processes._wire import Pipe, Standins, _framed
+
+pytestmark = pytest.mark.skipif(not LISTENING, reason="workers wait on the pipes only on Linux")
+
+
+class _Engine:
+    """What the inbox uses of its engine, with ``workers`` workers parking in ``parking``."""
+
+    def __init__(self, workers: int) -> None:
+        self.lock = threading.Lock()
+        self.parking = Parking(self.lock, workers)
+        self.workers = workers
+        self.ended = False
+        self.crashes: list[BaseException] = []
+
+    def crashed(self, holder: int, exc: BaseException, *, exits: bool) -> None:
+        self.crashes.append(exc)
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def inbox() -> Iterator[tuple[Inbox, _Engine, Pipe, RingWriter]]:
+    """An inbox over one pipe whose workers listen, without its thread; the sender's ends."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    engine = _Engine(1)
+    box = Inbox(cast(Any, engine), Standins(["y"]), [reader])
+    box._listen()
+    pipe, ring = Pipe(writer), RingWriter()
+    yield box, engine, pipe, ring
+    pipe.close()
+    box.close(0.0)
+    ring.close()
+    reader.close()
+
+
+def _send(pipe: Pipe, ring: RingWriter, value: float, number: int) -> None:
+    announce = ring.write([torch.full((4,), value)], float(number), number)
+    pipe.send("y", _framed(pickle.dumps(("y",), protocol=pickle.HIGHEST_PROTOCOL)), announce)
+
+
+def _park(engine: _Engine, timeout: float, woke: list[bool]) -> threading.Thread:
+    def wait() -> None:
+        with engine.lock:
+            woke.append(engine.parking.wait(0, timeout, True))
+
+    thread = threading.Thread(target=wait, name="parked-worker", daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_parked_worker_takes_the_records_itself(inbox: tuple[Inbox, _Engine, Pipe, RingWriter]) -> None:
+    """A record that comes while worker 0 is parked is taken on that worker's thread: the
+    message is published there, and the worker is still parked until notified (planted: the
+    gates not registered on the pipes: nothing is published while the worker waits)."""
+    box, engine, pipe, ring = inbox
+    seen: list[tuple[str, float]] = []
+    published = threading.Event()
+
+    def watch(message: Any) -> None:
+        seen.append((threading.current_thread().name, float(message[0])))
+        published.set()
+
+    box.standins.ports["y"]._add_watcher(watch)
+    _send(pipe, ring, 7.0, 1)  # in the pipe before the worker parks: no other reader races it
+    woke: list[bool] = []
+    thread = _park(engine, HANG_GUARD, woke)
+    assert published.wait(HANG_GUARD), "the parked worker did not take the record"
+    assert seen == [("parked-worker", 7.0)]
+    assert thread.is_alive() and not woke  # taking a record that wakes nothing is no notify
+    with engine.lock:
+        engine.parking.notify_worker()
+    thread.join(HANG_GUARD)
+    assert woke == [True] and engine.crashes == []
+
+
+def test_a_listening_gate_parks_as_a_lock(inbox: tuple[Inbox, _Engine, Pipe, RingWriter]) -> None:
+    """A wait on a listening gate ends False when its time runs out, True when notified, and
+    at once when the workers go back to plain locks (planted: ``use_gates(None)`` that wakes
+    no parked worker: the last wait runs to its bound and ends False)."""
+    _, engine, _, _ = inbox
+    woke: list[bool] = []
+    _park(engine, 0.01, woke).join(HANG_GUARD)
+    thread = _park(engine, HANG_GUARD, woke)
+    while True:  # parked: notified from another thread
+        with engine.lock:
+            if engine.parking._workers:
+                engine.parking.notify_worker()
+                break
+    thread.join(HANG_GUARD)
+    thread = _park(engine, HANG_GUARD, woke)
+    while True:
+        with engine.lock:
+            if engine.parking._workers:
+                engine.parking.use_gates(None)
+                break
+    thread.join(HANG_GUARD)
+    assert woke == [False, True, True]
+
+
+def test_closing_the_inbox_closes_the_gates_descriptors() -> None:
+    """The gates' eventfds and epolls close with the inbox, also one whose worker still waits
+    in it (it closes them as it leaves); planted: no ``_close_fds`` as the waiter leaves."""
+    before = _fds()
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    engine = _Engine(2)
+    box = Inbox(cast(Any, engine), Standins(["y"]), [reader])
+    box._listen()
+    woke: list[bool] = []
+    thread = _park(engine, HANG_GUARD, woke)
+    while True:
+        with engine.lock:
+            if engine.parking._workers:
+                break
+    box.close(0.0)
+    thread.join(HANG_GUARD)
+    writer.close()
+    reader.close()
+    assert woke == [True]
+    assert _fds() == before
