@@ -52,6 +52,7 @@ DOCUMENTED_API = frozenset(
         "RecordingVersionWarning",
         "RunStats",
         "NodeStats",
+        "HostStats",
         "MujouInternalError",
         "StateFileError",
         "ProcessError",
