@@ -778,6 +778,14 @@ class Reader(Node):
         self.seen.append(x.item())
 
 
+def _doubled() -> tuple[Bag, Doubler, Reader]:
+    """A Doubler whose output a Reader reads: the net of the tests of host writes."""
+    doubler, reader = Doubler(), Reader()
+    bag = Bag(d=doubler, r=reader)
+    bag.connect(doubler.out, reader.x)
+    return bag, doubler, reader
+
+
 def _writes(run: mujou.Run, doubler: Doubler) -> None:
     """The host's calls of the recorded run, and of its replay."""
     run.sleep(0.1)
@@ -797,13 +805,7 @@ def test_host_writes_are_recorded_as_the_inputs_messages(tmp_path: Path) -> None
     a recorded input (the replay fails)."""
     path = tmp_path / "writes.mcap"
 
-    def net() -> tuple[Bag, Doubler, Reader]:
-        doubler, reader = Doubler(), Reader()
-        bag = Bag(d=doubler, r=reader)
-        bag.connect(doubler.out, reader.x)
-        return bag, doubler, reader
-
-    bag, doubler, reader = net()
+    bag, doubler, reader = _doubled()
     with mujou.run(bag, timer=vt(), inputs={doubler.x: torch.tensor(0.5)}, record=path) as run:
         _writes(run, doubler)
     recorded = reader.seen
@@ -816,7 +818,7 @@ def test_host_writes_are_recorded_as_the_inputs_messages(tmp_path: Path) -> None
         assert (answer.log_time, answer.sequence) == (write.log_time, write.sequence + 1)
     assert written[0].channel.metadata["direction"] == "input"
     assert doubled[0].channel.metadata["direction"] == "output"
-    bag, doubler, reader = net()
+    bag, doubler, reader = _doubled()
     with mujou.Recording(path) as recording:
         assert recording.ports["d.x"].direction == "input"
         assert recording.ports["d.out"].direction == "output"
@@ -842,13 +844,7 @@ def test_a_replay_makes_the_recorded_hosts_writes_itself(tmp_path: Path) -> None
     away (the host call more passes: DID NOT RAISE)."""
     path = tmp_path / "host.mcap"
 
-    def net() -> tuple[Bag, Doubler, Reader]:
-        doubler, reader = Doubler(), Reader()
-        bag = Bag(d=doubler, r=reader)
-        bag.connect(doubler.out, reader.x)
-        return bag, doubler, reader
-
-    bag, doubler, reader = net()
+    bag, doubler, reader = _doubled()
     with mujou.run(bag, timer=vt(), inputs={doubler.x: torch.tensor(0.5)}, record=path) as run:
         _writes(run, doubler)
         recorded_out = run.read(doubler.out)
@@ -856,7 +852,7 @@ def test_a_replay_makes_the_recorded_hosts_writes_itself(tmp_path: Path) -> None
     recorded = reader.seen
     assert recorded == [1.0, 2.0, 4.0]
     with mujou.Recording(path) as recording:
-        bag, doubler, reader = net()
+        bag, doubler, reader = _doubled()
         with (
             hang_guard(HANG_GUARD),
             mujou.run(bag, timer=vt(), replay=mujou.Replay(recording, nodes=[], writes=True)) as run,
@@ -867,13 +863,13 @@ def test_a_replay_makes_the_recorded_hosts_writes_itself(tmp_path: Path) -> None
         assert reader.seen == recorded
         assert out is not None and recorded_out is not None and torch.equal(out, recorded_out)
         assert x is not None and recorded_x is not None and torch.equal(x, recorded_x)
-        bag, doubler, reader = net()
+        bag, doubler, reader = _doubled()
         replay = mujou.Replay(recording, nodes=["d"], writes=True)  # d's writes wake its stand-in
         with hang_guard(HANG_GUARD), mujou.run(bag, timer=vt(), replay=replay) as run:
             run.sleep(0.2)
             assert run.read(doubler.x) == 2.0
         assert reader.seen == recorded
-        bag, doubler, reader = net()
+        bag, doubler, reader = _doubled()
         with pytest.raises(ValueError, match=r"inputs= gives 'd\.x', whose first message the replay writes"):
             mujou.run(
                 bag,
@@ -881,7 +877,7 @@ def test_a_replay_makes_the_recorded_hosts_writes_itself(tmp_path: Path) -> None
                 inputs={doubler.x: torch.tensor(0.5)},
                 replay=mujou.Replay(recording, nodes=[], writes=True),
             )
-        bag, doubler, reader = net()
+        bag, doubler, reader = _doubled()
         with (
             hang_guard(HANG_GUARD),
             mujou.run(bag, timer=vt(), replay=mujou.Replay(recording, nodes=[], writes=True)) as run,
@@ -891,9 +887,9 @@ def test_a_replay_makes_the_recorded_hosts_writes_itself(tmp_path: Path) -> None
             with pytest.raises(ValueError, match=r"writes 'd\.x' after tag \(0\.1, .*not of this run"):
                 run.sleep(0.15)
         with pytest.raises(ValueError, match="only the virtual timer"):
-            mujou.run(net()[0], replay=mujou.Replay(recording, nodes=[], writes=True))
+            mujou.run(_doubled()[0], replay=mujou.Replay(recording, nodes=[], writes=True))
         with pytest.raises(ValueError, match="in the host's process only"):
-            bag, doubler, reader = net()
+            bag, doubler, reader = _doubled()
             mujou.run(
                 bag,
                 timer=vt(),
@@ -901,7 +897,9 @@ def test_a_replay_makes_the_recorded_hosts_writes_itself(tmp_path: Path) -> None
                 replay=mujou.Replay(recording, nodes=[], writes=True),
             )
         with pytest.raises(ValueError, match="run it without state="):
-            mujou.run(net()[0], timer=vt(), state={}, replay=mujou.Replay(recording, nodes=[], writes=True))
+            mujou.run(
+                _doubled()[0], timer=vt(), state={}, replay=mujou.Replay(recording, nodes=[], writes=True)
+            )
         with pytest.raises(ValueError, match="does not start at a keyframe"):
             mujou.Replay(recording, nodes=[], writes=True, start=0.0)
         with pytest.raises(ValueError, match=r"at least one node to replace \(or writes=True\)"):
