@@ -329,11 +329,7 @@ class _Outbox:
 
 def _watcher(port: Output[Any], name: str, outbox: _Outbox) -> Any:
     def forward(message: Any) -> None:
-        latest = port._latest
-        if latest is not None and latest[2] is None and message.is_cpu:  # split's, without a call
-            outbox.put((name, [message], None, latest[3], latest[4]))
-        else:
-            outbox.put(split(port, name))
+        outbox.put(split(port, name))
 
     return forward
 

@@ -68,8 +68,8 @@ def split(port: Output[Any], name: str) -> Crossing:
     latest = port._latest
     assert latest is not None
     message, _, nest, stamp, number = latest
-    if nest is None:
-        return name, [message.cpu()], None, stamp, number
+    if nest is None:  # a bare tensor, the hot path: no call where it is on the CPU already
+        return name, [message if message.is_cpu else message.cpu()], None, stamp, number
     positions = tuple(i for i, leaf in enumerate(nest.leaves) if isinstance(leaf, torch.Tensor))
     tensors = [nest.leaves[i].cpu() for i in positions]
     holes = [0 if isinstance(leaf, torch.Tensor) else leaf for leaf in nest.leaves]
@@ -184,14 +184,6 @@ class Forwarders:
 
         def send(message: Any) -> None:
             nonlocal room
-            latest = port._latest
-            assert latest is not None
-            if latest[2] is None:  # a bare tensor (the hot path): split's first case, inlined
-                tensor = latest[0]
-                announce = ring.write((tensor if tensor.is_cpu else tensor.cpu(),), latest[3], latest[4])
-                for pipe in pipes:
-                    pipe.send(name, record, announce)
-                return
             _, tensors, rest, stamp, number = split(port, name)
             if rest is not None:
                 leaf = packed_rest(rest, room)
