@@ -243,12 +243,6 @@ class Processes:
                 first = exc
         return self.gather(sent, first)
 
-    def flush(self, deferred: dict[str, list[Crossing]]) -> None:
-        """Hand each group the messages ``deliver`` deferred for it (they wake nothing there)."""
-        sent = self.send_each({name: ("apply", found, True) for name, found in deferred.items()})
-        deferred.clear()
-        self.gather(sent)
-
     def go(self) -> None:
         """Start every process's timer at one origin (the monotonic clock is the machine's)."""
         origin = None if self.host.engine.virtual else time.monotonic()
