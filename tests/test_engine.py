@@ -15,7 +15,9 @@ import torch
 
 import mujou
 from mujou import Net, Node
-from mujou._engine import _threads, _update
+from mujou._engine import _policy, _threads, _update
+
+from ._compiled import skip_if_compiled
 
 HANG = 30.0
 
@@ -90,6 +92,8 @@ def in_thread(call: Any) -> BaseException | None:
 def test_a_fault_on_a_hook_thread_stops_the_run(
     monkeypatch: pytest.MonkeyPatch, node: str, workers: int
 ) -> None:
+    if node != "d":  # a dedicated thread's begin_update is _threads' own
+        skip_if_compiled(_update)
     planted = fail_on(monkeypatch, "begin_update", node)
     net = Three()
     run = mujou.run(net, workers=workers, timer=mujou.VirtualTimer())
@@ -107,6 +111,7 @@ def test_a_fault_on_a_hook_thread_stops_the_run(
 
 @pytest.mark.usefixtures("torch_one_thread")
 def test_a_fault_on_the_state_thread_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    skip_if_compiled(_policy)
     net = Three()
     run = mujou.run(net, workers=1, timer=mujou.VirtualTimer())
     run.sleep(0.5)
