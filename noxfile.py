@@ -194,6 +194,7 @@ def dist_problems(sdist: Path, wheel: Path, version: str) -> list[str]:
     # The package's source and what setuptools writes beside it (MANIFEST.in prunes tests/).
     allowed = {"mujou", "mujou.egg-info", "MANIFEST.in", "PKG-INFO", "README.md", "pyproject.toml"}
     allowed.add("setup.cfg")  # the egg_info options setuptools writes
+    allowed.add("setup.py")  # the opt-in compiled build (MUJOU_COMPILE=1); pure Python without it
     problems += [
         f"the sdist holds {name}, which is not the package's source"
         for name in sorted(in_sdist)
@@ -253,6 +254,39 @@ def install(session: nox.Session) -> None:
     script = work / "first_net.py"
     script.write_text(first_python_block((REPO / "README.md").read_text(encoding="utf-8")))
     session.run(python, *NO_WARNINGS, str(script), env=clean)
+    session.chdir(REPO)
+    shutil.rmtree(tmp)
+
+
+#: What the compiled session leaves out of its copy of the checkout: environments, caches, builds.
+COPY_IGNORES: tuple[str, ...] = (".git", ".venv", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache")
+COPY_IGNORES += ("__pycache__", "build", "_build", "bench-results", "*.so")
+
+
+@nox.session(venv_backend="none")
+def compiled(session: nox.Session) -> None:
+    """The whole suite against the compiled build (``MUJOU_COMPILE=1``, setup.py).
+
+    Copies the checkout to a temporary folder, compiles setup.py's ``COMPILED`` modules in
+    place there with mypyc (mypy, from the ``typing`` extra) and the machine's C compiler,
+    checks that the copy's ``mujou`` loads them, and runs the suite in the copy (arguments go
+    to pytest). The checkout itself stays pure Python, as every other session and CI use it.
+    The folder is removed at the end (kept when a step fails).
+    """
+    python = shared_python(session)
+    tmp = Path(tempfile.mkdtemp(prefix="mujou-compiled-"))
+    copy = tmp / "mujou"
+    shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(*COPY_IGNORES))
+    session.chdir(copy)
+    here = {"PYTHONPATH": str(copy)}  # the copy's mujou, not the checkout's editable install
+    session.run(python, "setup.py", "--quiet", "build_ext", "--inplace", env={**here, "MUJOU_COMPILE": "1"})
+    check = (
+        "import mujou._engine._update as update\n"
+        "assert not update.__file__.endswith('.py'), update.__file__\n"
+        "print('compiled:', update.__file__)\n"
+    )
+    session.run(python, "-c", check, env=here)
+    session.run(python, "-m", "pytest", "-n", "auto", *session.posargs, env=here)
     session.chdir(REPO)
     shutil.rmtree(tmp)
 
