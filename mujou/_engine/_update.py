@@ -92,20 +92,22 @@ The compiled runner exists, opt-in: ``MUJOU_COMPILE=1`` (setup.py) compiles with
 module, ``_batches``, ``_ending``, ``_policy``, ``_slot``, ``_arrivals``, ``_clock`` and
 ``.._schedule``; the default install stays pure Python. ``python bench/run.py --quick
 --repeats 3 --only dispatch,dispatch-virtual,fleet-1000,trigger-latency,echo-triggered
---systems mujou,heap_pool,floor``, compiled and pure alternated twice (load 1.3-2.4, the other
-helpers' work running): empty updates 503,000 and 485,000 / s real-time compiled against
-283,000 and 336,000 pure (0.94-1.01x the plain pool against 0.52-0.63x), 741,000 and 865,000
-/ s virtual against 488,000 and 517,000 (1.49-1.67x against 0.90-0.97x); the fleet at N =
-1,000, 13.1 and 12.9 us of CPU an update against 14.6 and 12.8 (1.40-1.44x the pool against
-1.39-1.69x); trigger to start 16.0 and 18.9 us against 16.6 and 16.5, the host round trip 85
-and 89 us against 86 and 91: unchanged. Where the time goes, compiled (``py-spy record
---native`` on the fleet): 72 % of the worker's samples are the hook (``RingNode.on_update``:
-torch, and the ports' ``send`` and ``read``, 13 %: the ports are the classes users declare on
-their nodes, left uncompiled); the engine's other 25 % are calls into CPython and torch
-(``perf_counter``, the grad, inference and seed reads, ``Context.run``, the lateness array),
-not interpretation. Trigger to start and the round trip spend theirs in the uncompiled send,
-``Engine.sent``, the lock, the wake-up and torch's copies (NOTE [ the host's round trip ] in
-``_run``).
+--systems mujou,heap_pool,floor``, compiled and pure alternated, three rounds (the third pure
+first; load 1.3-4.4, the other helpers' work running), compiled against pure in each: empty
+updates 503,000, 485,000 and 404,000 / s real-time against 283,000, 336,000 and 205,000
+(1.4-2.0x; 0.76-1.01x the plain pool against 0.52-0.63x), 741,000, 865,000 and 658,000 / s
+virtual against 488,000, 517,000 and 394,000 (1.5-1.7x; 1.24-1.67x the pool against
+0.90-1.05x); the fleet at N = 1,000, 13.1, 12.9 and 11.1 us of CPU an update against 14.6,
+12.8 and 13.7 (about 10 % less; 1.28-1.44x the pool against 1.39-1.69x, the target 1.2x not
+met); trigger to start 16.0, 18.9 and 15.2 us against 16.6, 16.5 and 12.5, the host round
+trip 85, 89 and 88 us against 86, 91 and 93: no gain. Where the time goes, compiled
+(``py-spy record --native`` on the fleet): 72 % of the worker's samples are the hook
+(``RingNode.on_update``: torch, and the ports' ``send`` and ``read``, 13 %: the ports are the
+classes users declare on their nodes, left uncompiled); the engine's other 25 % are calls into
+CPython and torch (``perf_counter``, the grad, inference and seed reads, ``Context.run``, the
+lateness array), not interpretation. Trigger to start and the round trip spend theirs in the
+uncompiled send, ``Engine.sent``, the lock, the wake-up and torch's copies
+(NOTE [ the host's round trip ] in ``_run``).
 """
 
 from __future__ import annotations
