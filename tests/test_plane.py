@@ -12,9 +12,10 @@ import pytest
 import torch
 from _support import HANG_GUARD, wait_until
 
+import mujou
 from mujou._hosts import _plane_wire as wire
 from mujou._hosts._plane import Channel, _Outbox
-from mujou._processes._wire import Crossing, joined
+from mujou._processes._wire import Crossing, Forwarders, joined
 
 KEY = b"k" * 32
 Pair = namedtuple("Pair", ["a", "b"])
@@ -180,3 +181,26 @@ def test_a_channel_sends_at_once_when_idle_and_only_the_latest_while_a_send_is_i
     bye.done.set()
     sender.join(HANG_GUARD)
     assert not sender.is_alive()
+
+
+class Two(mujou.Node):
+    """A node with two outputs, for the forwarders' watchers."""
+
+    y = mujou.Output()
+    z = mujou.Output()
+
+    def on_update(self, dt: float) -> None:
+        pass
+
+
+@pytest.mark.rule("hosts.data-plane")
+def test_an_output_read_only_on_other_hosts_is_not_copied_into_a_ring_under_the_real_time_timer() -> None:
+    pipe: Any = object()  # a reader process's wake pipe (the ring sender only keeps it here)
+    for virtual, watched in ((False, ["y"]), (True, ["y", "z"])):
+        node = Two()
+        forwarders = Forwarders({"y": node.y, "z": node.z}, virtual)
+        # y is read by a process of this host too; z by other hosts only (their data plane).
+        forwarders.install({"y": [pipe], "z": []})
+        assert [name for name, port in (("y", node.y), ("z", node.z)) if port._watchers] == watched
+        forwarders.remove()
+        assert not node.y._watchers and not node.z._watchers

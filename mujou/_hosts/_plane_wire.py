@@ -74,6 +74,7 @@ DTYPES: tuple[torch.dtype, ...] = tuple(
     if isinstance(dtype := getattr(torch, name, None), torch.dtype)
 )
 _INDEX = {dtype: i for i, dtype in enumerate(DTYPES)}
+_memmove = ctypes.memmove
 
 
 def aligned(size: int) -> int:
@@ -93,9 +94,10 @@ class Outgoing:
     once the send of the last message completed (``_plane._Outbox`` sends one at a time)."""
 
     __slots__ = (
-        "_base",
         "_copies",
         "_count",
+        "_end",
+        "_header",
         "_key",
         "_layout_end",
         "_memory",
@@ -117,28 +119,29 @@ class Outgoing:
         self._number = 0
         self._count = 0
         self._layout_end = 0  # where the header's structure begins
-        self._copies: list[tuple[int, int]] = []  # each tensor's offset and length in bytes
+        self._end = 0  # where the header ends
+        self._copies: list[tuple[int, int]] = []  # each tensor's address and length in bytes
         self.buffer = torch.empty(0, dtype=torch.uint8)
         self._memory = memoryview(b"")
-        self._base = 0
+        self._header = self._memory  # the signed bytes: the header, its structure included
         self.size = 0
 
     def layout(self, crossing: Crossing) -> int:
         """Take ``crossing`` as the next message: its size in bytes."""
         _, tensors, rest, self._stamp, self._number = crossing
-        flat = [
-            tensor if tensor.is_contiguous() and not (tensor.is_conj() or tensor.is_neg()) else _plain(tensor)
-            for tensor in tensors
-        ]
-        self._tensors = flat
-        self._rest = b"" if rest is None else pickle.dumps(rest, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(flat) == 1:  # the common case, without a generator
-            tensor = flat[0]
-            key: tuple[Any, ...] = (tensor.dtype, tensor.layout, tensor.shape, len(self._rest))
+        if rest is None and len(tensors) == 1:  # a bare tensor, the hot path: no new list
+            tensor = _plain(tensors[0])
+            if tensor is not tensors[0]:
+                tensors = [tensor]
+            self._rest = b""
+            key: tuple[Any, ...] = (tensor.dtype, tensor.layout, tensor.shape, 0)
         else:
-            key = (*((t.dtype, t.layout, t.shape) for t in flat), len(self._rest))
+            tensors = [_plain(tensor) for tensor in tensors]
+            self._rest = b"" if rest is None else pickle.dumps(rest, protocol=pickle.HIGHEST_PROTOCOL)
+            key = (*((t.dtype, t.layout, t.shape) for t in tensors), len(self._rest))
+        self._tensors = tensors
         if key != self._key:
-            self._lay_out(flat, key)
+            self._lay_out(tensors, key)
         return self.size
 
     def _lay_out(self, flat: list[torch.Tensor], key: tuple[Any, ...]) -> None:
@@ -156,36 +159,37 @@ class Outgoing:
             parts.extend(_EXTENT.pack(extent) for extent in tensor.shape)
         layout = b"".join(parts)
         self._layout_end = _MAC + _FIXED.size + len(layout)
-        offset = aligned(self._layout_end + len(self._rest))
-        copies = []
+        self._end = self._layout_end + len(self._rest)
+        offsets = []
+        offset = aligned(self._end)
         for tensor in flat:
             nbytes = tensor.numel() * tensor.element_size()
-            copies.append((offset, nbytes))
+            offsets.append((offset, nbytes))
             offset += aligned(nbytes)
-        self._copies, self._count = copies, len(flat)
         self.size = offset
         self.buffer, self._memory = _buffer(offset)
-        self._base = self.buffer.data_ptr()
+        base = self.buffer.data_ptr()
+        self._copies = [(base + offset, nbytes) for offset, nbytes in offsets]
+        self._count = len(flat)
         self._memory[_MAC + _FIXED.size : self._layout_end] = layout
+        self._header = self._memory[_MAC : self._end]
         self._key = key
 
     def encode(self, room: int) -> torch.Tensor:
         """The message ``layout`` took, announcing ``room`` bytes for the next one: the
         buffer, which the next ``encode`` writes again."""
-        memory, rest = self._memory, self._rest
-        end = self._layout_end + len(rest)
+        memory, rest, end = self._memory, self._rest, self._end
         _FIXED.pack_into(
             memory, _MAC, end - _MAC, MESSAGE, room, self._stamp, self._number, self._count, len(rest)
         )
         if rest:
             memory[self._layout_end : end] = rest
         mac = self._sign.copy()
-        mac.update(memory[_MAC:end])
+        mac.update(self._header)
         memory[:_MAC] = mac.digest()
-        base = self._base
-        for tensor, (offset, nbytes) in zip(self._tensors, self._copies, strict=True):
+        for tensor, (address, nbytes) in zip(self._tensors, self._copies, strict=True):
             if nbytes:
-                ctypes.memmove(base + offset, tensor.data_ptr(), nbytes)
+                _memmove(address, tensor.data_ptr(), nbytes)
         self._tensors = []  # the message's tensors are not kept past their send
         return self.buffer
 
@@ -200,7 +204,10 @@ def _buffer(size: int) -> tuple[torch.Tensor, memoryview]:
 
 
 def _plain(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` as bytes in memory order (a conjugate or negative view resolved)."""
+    """``tensor`` as bytes in memory order (a conjugate or negative view resolved): itself
+    where it is already."""
+    if tensor.is_contiguous() and not (tensor.is_conj() or tensor.is_neg()):
+        return tensor
     if tensor.is_conj() or tensor.is_neg():
         tensor = tensor.resolve_conj().resolve_neg()
     return tensor.contiguous()

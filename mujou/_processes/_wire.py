@@ -149,9 +149,14 @@ class Forwarders:
         self._pipes: dict[str, list[Pipe]] = {}
 
     def install(self, pipes: dict[str, list[Pipe]]) -> None:
-        """Forward from now on: ``pipes`` gives the pipes of each output's reader processes."""
+        """Forward from now on: ``pipes`` gives the pipes of each output's reader processes.
+        Under the real-time timer an output with none (read on other hosts only, which the
+        data plane between hosts forwards: ``mujou._hosts._plane``) gets no ring: a copy of
+        each of its messages into a ring that no process reads cost its sends tens of µs."""
         self._pipes = pipes
         for name, port in self.outputs.items():
+            if not (self.virtual or pipes[name]):
+                continue
             watcher = self._collector(port, name) if self.virtual else self._sender(port, name)
             port._add_watcher(watcher)
             self._watchers.append((port, watcher))
