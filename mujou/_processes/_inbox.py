@@ -93,7 +93,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from .._engine._arrivals import arrived
+from .._engine._arrivals import arrive
 from ._ring import RingReader
 from ._wire import NO_HOLDER, Standins, joined, unpacked_rest
 
@@ -139,6 +139,7 @@ class Inbox:
         self.standins = standins
         self._inbound = {inbound.fd: inbound for inbound in map(_Inbound, connections)}
         self._names: dict[bytes, str] = {}  # a record's bytes: its output's name
+        self._framed: dict[bytes, str] = {}  # the same, framed: what one read of one record gets
         self._stopped = False
         self._polls_lock = threading.Lock()  # the epolls' registrations change under it
         self._polls: list[select.epoll] = []  # every epoll the pipes are in, but gates closed
@@ -231,6 +232,13 @@ class Inbox:
                 self._publish_all(inbound, names, woken)
                 self._close_locked(inbound)
                 return
+            if not inbound.buffer:  # the common case: whole records, one seen before
+                name = self._framed.get(chunk)
+                if name is not None and not self._stopped:
+                    names[name] = None
+                    if len(chunk) < _READ:
+                        break
+                    continue
             data = inbound.buffer + chunk if inbound.buffer else chunk
             at, end = 0, len(data)
             while end - at >= _FRAME.size:
@@ -268,6 +276,7 @@ class Inbox:
             return
         (name,) = unpickled
         self._names[record] = name
+        self._framed[_FRAME.pack(len(record)) + record] = name
         names[name] = None
 
     def _publish_all(self, inbound: _Inbound, names: dict[str, None], woken: list[_Port]) -> None:
@@ -302,8 +311,12 @@ class Inbox:
                 engine.parking.prefer(worker)
             policy = engine.policy
             now = engine.clock.now()
+            slots = policy.slots
             for port in woken:
-                arrived(policy, port, now)
+                for index in port._wakes:  # arrive(), or its shortcut for the common case
+                    slot = slots[index]
+                    if not (slot.one_input and policy.sent_to_free(slot, now, None)):
+                        arrive(policy, slot, now)
             if policy.wake:
                 engine.deliver()
 
