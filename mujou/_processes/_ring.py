@@ -86,7 +86,10 @@ and reads the header through memoryviews: no torch call and no ctypes call on ei
 256 B is 1.6 us and its dispatcher's checks). The memoryviews are made over raw addresses
 (``bytes_at``, CPython's ``PyMemoryView_FromMemory``) and do not keep the memory alive: the
 ring keeps its buffer (``_Ring.announce``) and the reader its spare tensors while their views
-are used. Measured in a warm loop, 256 B: ``write`` 5.1 to 3.4 us, ``latest`` 2.6 to 1.1.
+are used. Measured in a warm loop, 256 B, at load 5-6: ``write`` 4.3-5.1 us before, 3.2-3.7
+after; ``latest`` into a spare 2.4-2.9 either way. The gain is in the cold path of the
+bench (a message a millisecond): the reader's step from the pipe's read to the copy out
+went from 17-20 us to 9-12 (NOTE [ the hand-off between processes ] in ``_inbox``).
 
 On x86-64 the reader needs no fence instruction: its loads are not reordered with one
 another (TSO), and each of its three steps is a C call of its own, which the compiler cannot
