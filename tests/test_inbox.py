@@ -139,3 +139,38 @@ def test_closing_the_inbox_closes_the_gates_descriptors() -> None:
     reader.close()
     assert woke == [True]
     assert _fds() == before
+
+
+def test_records_are_taken_whole_in_any_pieces() -> None:
+    """Taking records: a record seen before and read alone is looked up whole; one cut
+    between two reads, or several in one read, still publish the newest message once
+    (planted: the whole-record lookup that publishes nothing: message 4 never came)."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    box = Inbox(cast(Any, _Engine(1)), Standins(["y"]), [reader])
+    pipe, ring = Pipe(writer), RingWriter()
+    seen: list[float] = []
+    box.standins.ports["y"]._add_watcher(lambda message: seen.append(float(message[0])))
+    record = _framed(pickle.dumps(("y",), protocol=pickle.HIGHEST_PROTOCOL))
+    fd = reader.fileno()
+    try:
+        _send(pipe, ring, 1.0, 1)  # the announcement, then a first record: unpickled
+        box.receive(fd, None)
+        ring.write([torch.full((4,), 2.0)], 2.0, 2)
+        os.write(writer.fileno(), record[:3])
+        box.receive(fd, None)  # a piece of a frame: nothing yet
+        os.write(writer.fileno(), record[3:])
+        box.receive(fd, None)
+        ring.write([torch.full((4,), 3.0)], 3.0, 3)
+        os.write(writer.fileno(), record + record)
+        box.receive(fd, None)  # two records of one output: its newest message, once
+        ring.write([torch.full((4,), 4.0)], 4.0, 4)
+        os.write(writer.fileno(), record)
+        box.receive(fd, None)  # alone, and seen before: looked up whole
+        assert seen == [1.0, 2.0, 3.0, 4.0]
+        assert box.standins.ports["y"]._latest is not None and box.standins.ports["y"]._latest[4] == 4
+        assert cast(Any, box.engine).crashes == []
+    finally:
+        pipe.close()
+        box.close(0.0)
+        ring.close()
+        reader.close()

@@ -990,3 +990,32 @@ def test_a_dedicated_thread_that_exits_on_an_internal_error_forgets_its_node_job
     assert slots[1].stopped and not slots[1].jobs and policy.holder[1] == 0
     assert policy.pending == (1 if job == STATE else 0)  # the worker node's state job only
     assert check(policy) == []
+
+
+def test_one_worker_keeps_no_batch_of_a_node_only_a_trigger_makes_due() -> None:
+    """NOTE [ keeping a batch ]: a node due only by a trigger (due never by itself) is not
+    kept held after its update, so the next arrival finds it free and takes the short path,
+    ``sent_to_free``, also for a message from another process (``by`` None): due at once,
+    queued, the idle worker woken, no hand-off (planted: the batch kept: KEEP, and
+    ``sent_to_free`` declined the held node; and the hand-off tried with no sender: it raised)."""
+    slots = [triggered_slot(0, math.inf)]
+    wire(slots)
+    policy = started_policy(slots, 1)
+    slot, port = slots[0], slots[0].core.ports["x"]
+    assert isinstance(port, Input)
+    write(policy, slot, 0.01, 1.0)
+    kind, batch = policy.next_for_worker(0, 0.01, 0.0)
+    assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]
+    begin_update(slots[batch.todo.pop()], 0.01, False)
+    batch.ran.append(slot)
+    kind, _ = policy.next_for_worker(0, 0.011, 0.0)
+    assert kind == PARK and not batch.held and policy.holder[0] == 0
+    assert check(policy) == []
+    policy.delivered()
+    port._write(torch.tensor(2.0), None, 0.02)  # as the inbox publishes a stand-in, then arrives
+    assert policy.sent_to_free(slot, 0.02, None)
+    assert slot.due == 0.02 and policy.queue.dues == [0.02] and policy.holder[0] == 0
+    assert policy.wake and policy.wake_worker == 0
+    policy.delivered()
+    kind, batch = policy.next_for_worker(0, 0.02, 0.0)
+    assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]

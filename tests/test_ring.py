@@ -473,3 +473,81 @@ def test_a_prepared_reader_copies_into_tensors_it_then_hands_out(monkeypatch: py
     assert_same(second, [sent[0] + 4, sent[1] + 4])
     assert_same(first, sent)  # the first message is still the first
     assert second[0].data_ptr() != first[0].data_ptr()
+
+
+# --- the plain path (one dense leaf copied with one memmove) ------------------------------------
+
+
+def _plain_cases() -> list[tuple[str, torch.Tensor]]:
+    base = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+    return [
+        ("dense", base + 1),
+        ("strided", (base.t().contiguous() + 2).t()),  # (3, 4) in column order: not contiguous
+        ("offset", torch.arange(15, dtype=torch.float64)[3:].reshape(3, 4)),  # a view at an offset
+        ("negated", torch._neg_view(base + 3)),  # its bytes are not its values
+        ("grad", (base + 4).requires_grad_()),
+        ("other dtype", base.to(torch.float32)),  # not the ring's layout: a new ring
+    ]
+
+
+def test_the_plain_path_writes_what_torch_would() -> None:
+    """Writes into a ring of one float64 leaf: a dense tensor of the leaf's layout goes by the
+    plain path (one memmove), any other (strided, negated, another dtype) by torch's copy; the
+    reader gets the same values either way (planted: the plain path taking a negated view, or
+    a tensor not in order: the reader got the bytes, not the values)."""
+    writer = RingWriter(slots=2)
+    first = torch.zeros(3, 4, dtype=torch.float64)
+    reader = RingReader(passed(_first(writer.write([first], 0.0, 1))))
+    assert writer._ring is not None and writer._ring.plain == ((torch.float64, (3, 4)),)
+    taken = []
+    for number, (name, tensor) in enumerate(_plain_cases(), start=2):
+        announce = writer.write([tensor], float(number), number)
+        if announce is not None:
+            reader.reannounce(passed(announce))
+        taken.append(name if _ring._plain_address(tensor, ((torch.float64, (3, 4)),)) else None)
+        if number % 2:
+            reader.prepare()  # both ways of copying out
+        got_number, stamp, (got,) = read(reader)
+        assert (got_number, stamp) == (number, float(number)), name
+        assert got.dtype == tensor.dtype and torch.equal(got, tensor.detach().resolve_neg()), name
+    assert taken == ["dense", None, "offset", None, "grad", None]
+
+
+def test_no_plain_path_for_several_leaves_a_structured_slot_complex_or_empty_tensors() -> None:
+    for tensors, structured in (
+        ([torch.ones(2), torch.ones(2)], False),
+        ([torch.ones(2)], True),
+        ([torch.ones(2, dtype=torch.complex64)], False),
+        ([torch.ones(0)], False),
+    ):
+        writer = RingWriter()
+        reader = RingReader(passed(_first(writer.write(tensors, 1.0, 1, structured=structured))))
+        assert writer._ring is not None and writer._ring.plain is None
+        assert_same(read(reader)[2], tensors)
+    conjugate = torch.tensor([1 + 2j, 3 - 4j]).conj()  # a conjugate bit its bytes do not show
+    writer = RingWriter()
+    reader = RingReader(passed(_first(writer.write([torch.zeros(2, dtype=torch.complex64)], 1.0, 1))))
+    writer.write([conjugate], 2.0, 2)
+    assert torch.equal(read(reader)[2][0], conjugate.resolve_conj())
+
+
+def test_a_reader_during_a_plain_write_gets_the_previous_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that runs while the writer copies a plain leaf (after ``started``, before
+    ``done``) gets the previous message whole (planted: ``done`` stored before the memmove:
+    the reader got the slot before write 2 filled it)."""
+    writer = RingWriter(slots=2)
+    reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)], 1.0, 1))))
+    seen: list[tuple[int, float, list[torch.Tensor]]] = []
+    original = _ring._write_bytes
+
+    def midway(target: int, source: int, nbytes: int) -> int:
+        seen.append(read(reader))
+        return original(target, source, nbytes)
+
+    monkeypatch.setattr(_ring, "_write_bytes", midway)
+    writer.write([torch.full((8,), 2.0)], 2.0, 2)
+    monkeypatch.setattr(_ring, "_write_bytes", original)
+    ((number, stamp, (got,)),) = seen
+    assert (number, stamp) == (1, 1.0) and torch.equal(got, torch.full((8,), 1.0))
+    number, stamp, (got,) = read(reader)
+    assert (number, stamp) == (2, 2.0) and torch.equal(got, torch.full((8,), 2.0))

@@ -523,13 +523,15 @@ class Workers:
         worker keeps them: they stay held while it sleeps, and a job, a pause or the stop
         makes it put them back. ``keeps`` is set for one worker under the real-time timer:
         with more, another worker may hold a node due then, and under the virtual timer the
-        host moves the time from the queue.
+        host moves the time from the queue. A node due only by a trigger is not kept: it
+        never falls due by itself, and its next arrival would put it back first.
         """
         ran = batch.ran
         due = ran[0].due  # one worker: it ran at least the first
         dues = self.queue.dues
         if (
-            (dues and dues[0] <= due)  # first, as it is what ends a saturated worker's batches
+            due == math.inf  # due only by a trigger, whose arrival would put it back at once
+            or (dues and dues[0] <= due)  # first, as it is what ends a saturated worker's batches
             or batch.failed
             or batch.todo
             or not self.running

@@ -442,11 +442,12 @@ class Policy(Ending):
         if not self.virtual and not (by is None and self.host_defers):
             self._wake_idle(due, exact=True, another=True)
 
-    def sent_to_free(self, slot: Slot, now: float, by: Slot) -> bool:
+    def sent_to_free(self, slot: Slot, now: float, by: Slot | None) -> bool:
         """``arrive`` and ``arrival`` in one, for the common send to a triggered node: ``slot``
         (``Slot.one_input``: one trigger input, ``on``, not dedicated), free and not due, just
-        got a message its updates have not seen, sent by ``by``'s update at ``now``; whether it
-        took it (False: nothing decided, the caller calls ``arrive``).
+        got a message its updates have not seen, sent by ``by``'s update at ``now`` (None: it
+        came from another process, ``_processes._inbox``); whether it took it (False: nothing
+        decided, the caller calls ``arrive``).
 
         The same decision as theirs, without their loops over the trigger inputs and their
         checks of a held or queued node: a third of ``Engine.sent``'s time (NOTE [ the cost
@@ -471,7 +472,7 @@ class Policy(Ending):
         if earliest > due:
             due = earliest
         slot.due = due
-        if due <= now and self._hand_off(slot, by):
+        if due <= now and by is not None and self._hand_off(slot, by):
             return True
         self.queue.push(due, index)
         if not self.virtual:

@@ -74,10 +74,41 @@ and epoll, or a blocking read, in a thread: 16-25 µs here); the rest is about 8
 Python run cold, each step 3-4 times its warm cost: the ring's write (the layout check,
 two ctypes fences, torch's copy) 15, the pipe 9, the copy out 25, the arrival and the way
 back to the update 28 (the path of trigger to start within a process, ``_update``'s NOTE
-[ the cost of an update ]). Reaching 1.5x the floor would leave about 20 µs for all of it:
-a compiled path for the record (ring write and read, the frame, the publish) and a plan
-made at run start by which the worker that takes a record claims the update it triggers
-without the policy's lock.
+[ the cost of an update ]).
+
+Then (issue 24, measured again with a timestamp after each step, base and new alternated
+in the same minute, 256 B, load 6.4; each column the p50 of one 4 s run):
+
+    cumulative p50 from the stamp                             base    new
+      the watcher entered (send())                             8.4    6.5
+      ring.write done                                         25.2   16.2
+      Pipe.send done (the os.write that wakes the reader)     50.7   24.5
+      the worker wakes in its epoll                           75.0   51.3
+      the pipe read                                           83.2   57.3
+      the slot copied out                                    103.1   66.2
+      the stand-in set                                       113.5   73.7
+      _arrived done                                          134.7   84.2
+      on_update starts                                       150.7   96.3
+
+(another pair of runs in the minute before: 196 and 175 µs; the load moves each figure by
+tens of µs, so compare within a pair). What changed: the ring's plain path (NOTE [ the
+plain path ] in ``_ring``: a memmove, memoryviews for the header and the copy out, no
+torch or ctypes call on the reader's path); one read of one known record looked up whole;
+and, the largest, the arrival: with one worker the reader was held in a kept batch between
+messages (it is due never, NOTE [ keeping a batch ]), so each arrival put that batch back
+through ``Policy.arrival``'s general path (about 17 of its 21 µs); it is no longer kept,
+and the arrival takes ``Policy.sent_to_free`` as a send within a process does.
+
+What is left, finer (load 5-7): the write's checks of the tensor 3.4 and the memmove, a
+ctypes call, 4.6 (cold; 0.6 warm); the os.write that wakes the reader 12.6 (the floor pays
+it too); the pipe's read 4.7; the copy out 9-12; the publish 7; the arrival 10 (the lock,
+``prefer``, ``sent_to_free``, the queue, ``deliver``); the worker's loop, ``next_for_worker``
+(9) and ``begin_update`` (5) to on_update. With the wake-up at the floor's (25-40 µs here),
+1.5x the floor leaves 20-35 µs for all the Python of both processes, about a third of what
+it takes now: what would remove most of it is the worker that takes a record claiming the
+update it triggers directly (its own batch, held, without the queue, ``_wake_idle`` and
+``next_for_worker``: about 20 µs of the above), and a compiled record path (the write, the
+read and the publish: each step's Python, not its memory, is the cost).
 """
 
 from __future__ import annotations
@@ -93,7 +124,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from .._engine._arrivals import arrived
+from .._engine._arrivals import arrive
 from ._ring import RingReader
 from ._wire import NO_HOLDER, Standins, joined, unpacked_rest
 
@@ -139,6 +170,7 @@ class Inbox:
         self.standins = standins
         self._inbound = {inbound.fd: inbound for inbound in map(_Inbound, connections)}
         self._names: dict[bytes, str] = {}  # a record's bytes: its output's name
+        self._framed: dict[bytes, str] = {}  # the same, framed: what one read of one record gets
         self._stopped = False
         self._polls_lock = threading.Lock()  # the epolls' registrations change under it
         self._polls: list[select.epoll] = []  # every epoll the pipes are in, but gates closed
@@ -231,6 +263,13 @@ class Inbox:
                 self._publish_all(inbound, names, woken)
                 self._close_locked(inbound)
                 return
+            if not inbound.buffer:  # the common case: whole records, one seen before
+                name = self._framed.get(chunk)
+                if name is not None and not self._stopped:
+                    names[name] = None
+                    if len(chunk) < _READ:
+                        break
+                    continue
             data = inbound.buffer + chunk if inbound.buffer else chunk
             at, end = 0, len(data)
             while end - at >= _FRAME.size:
@@ -268,6 +307,7 @@ class Inbox:
             return
         (name,) = unpickled
         self._names[record] = name
+        self._framed[_FRAME.pack(len(record)) + record] = name
         names[name] = None
 
     def _publish_all(self, inbound: _Inbound, names: dict[str, None], woken: list[_Port]) -> None:
@@ -302,8 +342,12 @@ class Inbox:
                 engine.parking.prefer(worker)
             policy = engine.policy
             now = engine.clock.now()
+            slots = policy.slots
             for port in woken:
-                arrived(policy, port, now)
+                for index in port._wakes:  # arrive(), or its shortcut for the common case
+                    slot = slots[index]
+                    if not (slot.one_input and policy.sent_to_free(slot, now, None)):
+                        arrive(policy, slot, now)
             if policy.wake:
                 engine.deliver()
 
