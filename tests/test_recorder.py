@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import threading
 import time
@@ -15,7 +16,7 @@ import torch
 
 import mujou
 from mujou import Node, Output
-from mujou._record import _feed, _recorder
+from mujou._record import _feed, _recorder, _sink
 
 HANG_GUARD = 30.0  # real seconds the run has to end once the recorder process failed
 
@@ -84,3 +85,57 @@ def test_a_killed_recorder_process_stops_the_run_and_no_tap_waits_for_it(tmp_pat
     assert isinstance(session, _recorder.Session)
     os.kill(session.process.pid, signal.SIGKILL)
     _ends_with_an_internal_error(run, f"exit code -{int(signal.SIGKILL)}")
+
+
+def _kicked(writer: _feed.FeedWriter) -> bool:
+    """Whether the writer woke the reader since this was last asked (the kicks read)."""
+    assert writer.wake_fd is not None
+    readable = bool(select.select([writer.wake_fd], [], [], 0)[0])
+    if readable:
+        os.read(writer.wake_fd, 4096)
+    return readable
+
+
+def test_the_feed_wakes_the_recorder_process_once_for_what_was_appended() -> None:
+    """NOTE [ waking the recorder ]: a message appended (in a hook) makes no system call; a
+    kick (a thread about to wait) wakes the reader once for what was appended, and not again
+    for nothing new; a quarter of ``waiting`` messages appended wakes it from the hook.
+    Planted: a kick with nothing new written anyway, and no kick at the quarter (each fails)."""
+    writer = _feed.FeedWriter(1 << 16, waiting=8)
+    try:
+        data = torch.zeros(2)
+        form = _feed.message_form(_feed.FIRST_FORM, b"", data.nbytes)
+        assert writer.message(form, data.data_ptr(), 0.0, 0)
+        assert not _kicked(writer)
+        writer.kick()
+        assert _kicked(writer)
+        writer.kick()
+        assert not _kicked(writer)
+        assert writer.message(form, data.data_ptr(), 0.0, 0)
+        assert not _kicked(writer)
+        assert writer.message(form, data.data_ptr(), 0.0, 0)  # 2 since the kick: 8 // 4
+        assert _kicked(writer)
+    finally:
+        writer.close()
+
+
+def test_under_real_time_the_recorder_process_is_woken_when_the_run_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder process looks at the feed by itself only every WAKE_MOST seconds (an hour
+    here): the messages reach it as the run goes because the worker about to wait kicks it,
+    and all of them at the end because the close does. Planted: no kick in copy_deferred (the
+    wait for the messages fails), and none in the close's wait (the close fails, stuck)."""
+    monkeypatch.setattr(_sink, "WAKE_MOST", 3600.0)
+    net = mujou.Net()
+    net.source = Source()
+    recorder = mujou.Recorder(tmp_path / "w.mcap", compression=None)
+    with mujou.run(net, workers=1, record=recorder) as run:
+        began = time.monotonic()
+        while recorder.messages < 3:
+            assert time.monotonic() - began < HANG_GUARD, "the recorder process was not woken"
+            time.sleep(0.01)
+        run.stop()
+        sent = run.stats().nodes["source"].updates
+    assert recorder.lost == 0
+    assert recorder.messages == sent

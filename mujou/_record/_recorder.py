@@ -344,6 +344,8 @@ class Session:
         config = _sink.Config(
             feed_fd=self.feed.fd,
             feed_size=self.feed.size,
+            wake_fd=self.feed.wake_fd,
+            wake_most=_sink.WAKE_MOST,
             file_fd=file_fd,
             chunk_size=self.recorder._chunk_size,
             compression=self.recorder._compression,
@@ -351,7 +353,7 @@ class Session:
             window_ns=self.window,
             real_time=not self.virtual,
         )
-        fds = (self.feed.fd,) if file_fd is None else (self.feed.fd, file_fd)
+        fds = tuple(fd for fd in (self.feed.fd, file_fd, self.feed.wake_fd) if fd is not None)
         process = subprocess.Popen(
             [sys.executable, "-c", _sink.launch_code()],
             stdin=subprocess.PIPE,
@@ -449,8 +451,11 @@ class Session:
     def copy_deferred(self, most: int = _IDLE_CHUNK) -> bool:
         """Copy the oldest ``most`` messages kept by the real-time tap into the feed (dropped
         and counted where it has no room); whether any were kept. The engine's ``idle``
-        callback: a thread calls it before it waits (NOTE [ the recorder's tap ])."""
+        callback: a thread calls it before it waits (NOTE [ the recorder's tap ]); once none
+        are kept, it wakes the recorder process for what was appended (NOTE [ waking the
+        recorder ] in ``_feed``)."""
         if not self.deferred:
+            self.feed.kick()
             return False
         with self.copy_lock:
             self._copy_locked(most, None)
@@ -577,6 +582,7 @@ class Session:
         """A virtual-timer tap's wait for room in the feed; _GoneError once the recorder process is."""
         if self.dead:
             raise _GoneError
+        self.feed.kick()
         time.sleep(_ROOM_WAIT)
 
     def lost_count(self) -> int:
@@ -682,6 +688,7 @@ class Session:
         """Wait until ``until()``; MujouInternalError if the recorder process ended or makes no
         progress for _STUCK seconds."""
         last = (time.monotonic(), self.feed.taken)
+        self.feed.kick()
         while not until():
             if self.dead:
                 raise MujouInternalError("the recorder process failed") from self.failure
