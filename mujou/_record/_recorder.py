@@ -226,6 +226,10 @@ class _Channel:
     # (dtype, shape, its form in the feed: _feed.message_form of the form, its encoding's bytes
     # before the data and the data's bytes); a message like it takes the fast path of the tap.
     current: tuple[torch.dtype, torch.Size, _feed.MessageForm] | None = None
+    # Real-time timer: the Latest of each message kept by the tap and not yet copied, oldest
+    # first (NOTE [ the recorder's tap ]); its put (Session._putter), set when it is watched.
+    kept: collections.deque[Latest | None] = field(default_factory=collections.deque)
+    put: _Put | None = None
     # Messages dropped: counted only by one thread at a time (under the real-time timer with
     # Session.copy_lock held, else where the port's messages are published: its node's hook
     # thread, or the engine's commit), so a plain int is enough.
@@ -257,7 +261,11 @@ class Session:
     Under the real-time timer the copy (2-3 µs for a small tensor) is put off: the watcher of a
     tensor of at most _DEFERRED_BYTES only keeps the port's ``Latest`` (the message, its
     version and stamp: a message is not changed after it was sent, ports.send-snapshot and
-    ports.send-no-copy) in ``deferred``, a fraction of a µs. A fleet's nodes due together on
+    ports.send-no-copy) in its channel's ``kept``, then the channel in ``deferred`` (the order
+    in which the kept messages are copied: a channel's oldest for each time it is there), a
+    fraction of a µs: two appends of objects that exist, where a tuple of them made and kept
+    cost more than both (it was tracked by the garbage collector), and no ``muted`` flag to
+    look at (muting removes the watchers). A fleet's nodes due together on
     one worker each paid the copy before the next could start, and the last one waited for
     all of them (99 copies, about 0.3 ms, at N = 100). The copies are made by the first thread
     about to wait (a worker, a dedicated node's thread, the host's thread in a wait: the
@@ -303,7 +311,8 @@ class Session:
         self.window = None if recorder._snapshot is None else round(recorder._snapshot * 1e9)
         self.kept: tuple[list[_sink.Message], list[_sink.Keyframe]] | None = None  # after close
         self.kept_channels: list[tuple[int, _Channel, _encoding.Plan, dict[str, str]]] = []
-        self.muted = False  # while a restore republishes the saved messages: not sent in this run
+        self._muted = False  # while a restore republishes the saved messages: not sent in this run
+        self.watchers: list[tuple[_Port, Callable[[Any], None]]] = []  # the taps, to mute them
         self.register_lock = threading.Lock()  # channel ids in the feed's order, as mcap numbers them
         self.next_channel = itertools.count(1)
         self.next_form = itertools.count(_feed.FIRST_FORM)
@@ -313,8 +322,8 @@ class Session:
         self.header_of = functools.partial(_header, net, nodes, engine, workers, recorder, seed=seed)
         self.header: dict[str, dict[str, str]] = {}
         self.unwatch: list[Callable[[], None]] = []
-        # The real-time tap's messages not yet copied: (channel, its put, the port's Latest).
-        self.deferred: collections.deque[tuple[_Channel, _Put, Latest | None]] = collections.deque()
+        # The real-time tap's messages not yet copied: each one's channel, which keeps its Latest.
+        self.deferred: collections.deque[_Channel] = collections.deque()
         self.copy_lock = threading.Lock()  # one thread copies the deferred messages at a time
         # Under the virtual timer a tap waits for room instead: queue does not count there.
         waiting = sys.maxsize if self.virtual else recorder._queue
@@ -399,6 +408,7 @@ class Session:
             channel.mirrored = processes is not None and processes.group_of(port.node) is not None
             watcher = self._watcher(channel)
             port._add_watcher(watcher)
+            self.watchers.append((port, watcher))
             self.unwatch.append(functools.partial(port._remove_watcher, watcher))
             if processes is not None and channel.mirrored:
                 self.unwatch.append(processes.watch(port))
@@ -412,19 +422,36 @@ class Session:
         if not self.virtual and self.recorder._state_every is not None:
             self.keyframes_real(run)
 
+    @property
+    def muted(self) -> bool:
+        """Whether the taps are off: while a restore republishes the saved messages, which are
+        not sent in this run. Muting removes the taps from their ports, so that they need not
+        look at a flag on each message."""
+        return self._muted
+
+    @muted.setter
+    def muted(self, muted: bool) -> None:
+        if muted == self._muted:
+            return
+        self._muted = muted
+        for port, watcher in self.watchers:
+            if muted:
+                port._remove_watcher(watcher)
+            else:
+                port._add_watcher(watcher)
+
     def _watcher(self, channel: _Channel) -> Callable[[Any], None]:
         """The tap of ``channel`` (NOTE [ the recorder's tap ]): under the real-time timer a
         small tensor is kept for :meth:`copy_deferred`, any other message copied now (after
         those kept); under the virtual timer, or for a node in another process, every message
         is copied now."""
-        port, put = channel.port, self._putter(channel)
+        port = channel.port
+        put = channel.put = self._putter(channel)
         if self.virtual or channel.mirrored:
             engine = None if channel.mirrored or not self.virtual else self.engine
             wait = self._wait_room if self.virtual else None
 
             def watch(message: Any) -> None:
-                if self.muted:
-                    return
                 latest = port._latest
                 stamp = latest[3] if latest is not None else 0.0
                 put(message, stamp, 0 if engine is None else engine.microstep, wait)
@@ -432,14 +459,14 @@ class Session:
             return watch
 
         deferred, tensor, copy = self.deferred, torch.Tensor, self.copy_deferred
+        keep, later, largest, most = channel.kept.append, deferred.append, _DEFERRED_BYTES, _DEFERRED_MOST
 
         def defer(message: Any) -> None:
-            if self.muted:
-                return
-            if message.__class__ is tensor and message.nbytes <= _DEFERRED_BYTES:
-                deferred.append((channel, put, port._latest))  # the message, its version and stamp
-                if len(deferred) > _DEFERRED_MOST:
-                    copy(len(deferred) - _DEFERRED_MOST)
+            if message.__class__ is tensor and message.nbytes <= largest:
+                keep(port._latest)  # the message, its version and stamp: before the channel
+                later(channel)  # goes in deferred, so that a copy that takes it finds it kept
+                if len(deferred) > most:
+                    copy(len(deferred) - most)
                 return
             latest = port._latest
             with self.copy_lock:
@@ -465,13 +492,15 @@ class Session:
         """Copy the oldest ``most`` kept messages (``copy_lock`` held), in the order sent."""
         deferred = self.deferred
         for _ in range(min(most, len(deferred))):
-            channel, put, latest = deferred.popleft()
+            channel = deferred.popleft()
+            latest = channel.kept.popleft()  # kept before the channel went in deferred
             assert latest is not None  # set before the port's watchers are called
             message = latest[0]
             if message._version != latest[1]:  # changed in place since it was sent: it is gone
                 channel.lost += 1
                 continue
-            put(message, latest[3], 0, wait)
+            assert channel.put is not None  # set before its port is watched
+            channel.put(message, latest[3], 0, wait)
 
     def _putter(self, channel: _Channel) -> _Put:
         """What copies a message of ``channel`` into the feed: a CPU tensor like the last
