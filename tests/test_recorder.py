@@ -139,3 +139,49 @@ def test_under_real_time_the_recorder_process_is_woken_when_the_run_waits(
         sent = run.stats().nodes["source"].updates
     assert recorder.lost == 0
     assert recorder.messages == sent
+
+
+class Holding(Node):
+    """Sends ``count`` small tensors in its first update, then holds its worker until
+    ``release`` (bounded): no thread of the run copies what the tap keeps meanwhile."""
+
+    out = Output()
+
+    def __init__(self, count: int) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.count = count
+        self.sent = threading.Event()
+        self.release = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        if self.sent.is_set():
+            return
+        for i in range(self.count):
+            self.out.send(torch.full((4,), float(i)))
+        self.sent.set()
+        self.release.wait(HANG_GUARD)
+
+
+def test_a_hosts_thread_copies_the_kept_messages_only_past_the_backlog(tmp_path: Path) -> None:
+    """NOTE [ the recorder's tap ]: the host's thread in ``run.sleep`` (which calls the idle
+    callbacks before it waits) leaves the kept messages to the run's threads, unless
+    _HOST_BACKLOG or more are kept: then it copies them down below it. The one worker is held
+    in the hook meanwhile, so that only the host could copy. Every message is in the file at the
+    end. Planted: no host check (the host copied all 5: none kept), and a host that never
+    copies (the 522 stay kept)."""
+    for count, left in ((5, 5), (_recorder._HOST_BACKLOG + 10, _recorder._HOST_BACKLOG - 6)):
+        holding = Holding(count)
+        net = mujou.Net()
+        net.holding = holding
+        recorder = mujou.Recorder(tmp_path / f"host-{count}.mcap", compression=None)
+        with mujou.run(net, workers=1, record=recorder) as run:
+            session = run._recording
+            assert isinstance(session, _recorder.Session)
+            try:
+                assert holding.sent.wait(HANG_GUARD)
+                run.sleep(0.01)
+                assert len(session.deferred) == left, f"{count} sent"
+            finally:
+                holding.release.set()
+        assert recorder.lost == 0
+        assert recorder.messages == count

@@ -49,6 +49,7 @@ import torch
 
 from .._errors import MujouInternalError
 from .._files import file_path, reworded, written
+from .._in_run import hooking
 from .._messages import cpu_tensor_copy
 from .._numbers import shown
 from .._state import dumps
@@ -77,6 +78,8 @@ _STUCK = 60.0  # real seconds without progress after which the recorder process 
 _DEFERRED_BYTES = 1 << 16
 _DEFERRED_MOST = 1024
 _IDLE_CHUNK = 16
+# A host's thread (one that runs no hooks) copies kept messages only while this many are kept.
+_HOST_BACKLOG = _DEFERRED_MOST // 2
 
 
 def _mcap() -> Any:
@@ -265,18 +268,25 @@ class Session:
     in which the kept messages are copied: a channel's oldest for each time it is there), a
     fraction of a µs: two appends of objects that exist, where a tuple of them made and kept
     cost more than both (it was tracked by the garbage collector), and no ``muted`` flag to
-    look at (muting removes the watchers). A fleet's nodes due together on
-    one worker each paid the copy before the next could start, and the last one waited for
-    all of them (99 copies, about 0.3 ms, at N = 100). The copies are made by the first thread
-    about to wait (a worker, a dedicated node's thread, the host's thread in a wait: the
-    engine's ``idle`` callbacks), _IDLE_CHUNK at a time so that an update due meanwhile is not
-    held back long; by the tap itself past _DEFERRED_MOST kept (memory stays bounded and a
-    saturated run still records); before any other message (a larger or structured one,
-    copied at once, after those kept: one queue, so each port's order is kept); and all of
-    them when the run ends, or before a snapshot. A kept tensor changed in place since it was
-    sent (against ports.send-no-copy) is dropped and counted, never written changed. Under the
-    virtual timer, and for a node in another process (whose messages reach the host on a
-    thread of their own), the watcher copies each message at once, as before.
+    look at (muting removes the watchers). A fleet's nodes due together on one worker each
+    paid the copy before the next could start, and the last one waited for all of them (99
+    copies, about 0.3 ms, at N = 100). The copies are made:
+    - by the first of the run's threads about to wait (a worker, a dedicated node's thread:
+      the engine's ``idle`` callbacks), _IDLE_CHUNK at a time so that an update due
+      meanwhile is not held back long;
+    - by a host's thread in a wait (one that runs no hooks: ``_in_run.hooking``) only while
+      _HOST_BACKLOG or more are kept: it wakes at any time (``run.sleep`` looks every
+      ``HOST_POLL_REAL``), often while a worker runs a fleet's slot, and its copies then held
+      the GIL the worker needed, when the worker copies them anyway once the slot is done;
+    - by the tap itself past _DEFERRED_MOST kept (memory stays bounded and a saturated run
+      still records);
+    - before any other message (a larger or structured one, copied at once, after those
+      kept: one queue, so each port's order is kept);
+    - all of them when the run ends, or before a snapshot.
+    A kept tensor changed in place since it was sent (against ports.send-no-copy) is dropped
+    and counted, never written changed. Under the virtual timer, and for a node in another
+    process (whose messages reach the host on a thread of their own), the watcher copies each
+    message at once, as before.
 
     NOTE [ the writer and the GIL ]
     The writer is a process of its own because a writer thread in the run's process runs
@@ -477,13 +487,16 @@ class Session:
 
     def copy_deferred(self, most: int = _IDLE_CHUNK) -> bool:
         """Copy the oldest ``most`` messages kept by the real-time tap into the feed (dropped
-        and counted where it has no room); whether any were kept. The engine's ``idle``
-        callback: a thread calls it before it waits (NOTE [ the recorder's tap ]); once none
-        are kept, it wakes the recorder process for what was appended (NOTE [ waking the
-        recorder ] in ``_feed``)."""
-        if not self.deferred:
+        and counted where it has no room); whether it did. The engine's ``idle`` callback: a
+        thread calls it before it waits (NOTE [ the recorder's tap ]; a host's thread copies
+        only past _HOST_BACKLOG); once none are kept, it wakes the recorder process for what
+        was appended (NOTE [ waking the recorder ] in ``_feed``)."""
+        deferred = self.deferred
+        if not deferred:
             self.feed.kick()
             return False
+        if len(deferred) < _HOST_BACKLOG and threading.get_ident() not in hooking:
+            return False  # a host's thread: the run's threads copy them (NOTE [ the recorder's tap ])
         with self.copy_lock:
             self._copy_locked(most, None)
         return True
@@ -795,7 +808,8 @@ class Session:
         else:
             with tempfile.TemporaryDirectory(prefix="mujou-record-") as folder:
                 dump = os.path.join(folder, "kept.pickle")
-                self.copy_deferred(len(self.deferred))
+                with self.copy_lock:
+                    self._copy_locked(len(self.deferred), None)
                 self._put(_feed.DUMP, pickle.dumps(dump))
                 self.flush()
                 messages, keyframes = _load_kept(dump)
