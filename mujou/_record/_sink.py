@@ -42,7 +42,7 @@ _IDLE_FIRST = 0.0002  # real seconds of the first sleep on an empty feed; it dou
 _IDLE_MOST = 0.005
 # Real-time timer: the real seconds the process sleeps at most on an empty feed without a kick
 # from the run's process (NOTE [ waking the recorder ] in _feed); Config.wake_most.
-WAKE_MOST = 0.05
+WAKE_MOST = 0.25
 _NICE = 10  # the process's niceness under the real-time timer
 
 LAUNCH = """
