@@ -162,14 +162,18 @@ class Holding(Node):
         self.release.wait(HANG_GUARD)
 
 
-def test_a_hosts_thread_copies_the_kept_messages_only_past_the_backlog(tmp_path: Path) -> None:
+def test_a_hosts_thread_copies_the_kept_messages_only_past_the_backlog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """NOTE [ the recorder's tap ]: the host's thread in ``run.sleep`` (which calls the idle
     callbacks before it waits) leaves the kept messages to the run's threads, unless
     _HOST_BACKLOG or more are kept: then it copies them down below it. The one worker is held
-    in the hook meanwhile, so that only the host could copy. Every message is in the file at the
-    end. Planted: no host check (the host copied all 5: none kept), and a host that never
-    copies (the 522 stay kept)."""
-    for count, left in ((5, 5), (_recorder._HOST_BACKLOG + 10, _recorder._HOST_BACKLOG - 6)):
+    in the hook meanwhile, so that only the host could copy. With _IDLE_SECONDS 0 each idle
+    call copies one message (the first; _IDLE_CHUNK without the time bound). Every message is
+    in the file at the end. Planted: no host check (the host copied all 5: none kept); a host
+    that never copies (the 522 stay kept); no time bound (16 at a time: 506 left)."""
+    monkeypatch.setattr(_recorder, "_IDLE_SECONDS", 0.0)
+    for count, left in ((5, 5), (_recorder._HOST_BACKLOG + 10, _recorder._HOST_BACKLOG - 1)):
         holding = Holding(count)
         net = mujou.Net()
         net.holding = holding

@@ -72,12 +72,15 @@ _IDLE_WAIT = 0.05  # real seconds the keyframe thread sleeps at most before it l
 _ROOM_WAIT = 0.0002  # real seconds a tap that waits for room in the feed sleeps before it looks again
 _STUCK = 60.0  # real seconds without progress after which the recorder process is taken for stuck
 # Real-time timer (NOTE [ the recorder's tap ]): a tensor message of at most _DEFERRED_BYTES is
-# kept by reference until a thread is about to wait, which copies _IDLE_CHUNK of them at a time
-# (tens of µs, so an update due meanwhile waits no longer); past _DEFERRED_MOST kept (at most
-# 64 MiB of tensors kept alive, the default buffer's size) a tap copies the oldest itself.
+# kept by reference until a thread is about to wait, which copies _IDLE_CHUNK of them at a time,
+# or fewer where they took _IDLE_SECONDS (tens of µs, so an update due meanwhile waits no
+# longer; a port's first message, which registers its channel, takes a few hundred); past
+# _DEFERRED_MOST kept (at most 64 MiB of tensors kept alive, the default buffer's size) a tap
+# copies the oldest itself.
 _DEFERRED_BYTES = 1 << 16
 _DEFERRED_MOST = 1024
 _IDLE_CHUNK = 16
+_IDLE_SECONDS = 0.0001
 # A host's thread (one that runs no hooks) copies kept messages only while this many are kept.
 _HOST_BACKLOG = _DEFERRED_MOST // 2
 
@@ -413,6 +416,7 @@ class Session:
         """Write the header and watch every recorded port (before any hook of the host's
         process runs); a port of another process through its mirror (:ref:`record.processes`)."""
         self.start()
+        _encoding.tensor_schema()  # made once, now: not in the copy of a port's first message
         for channel in self.channels:
             port = channel.port
             channel.mirrored = processes is not None and processes.group_of(port.node) is not None
@@ -468,7 +472,7 @@ class Session:
 
             return watch
 
-        deferred, tensor, copy = self.deferred, torch.Tensor, self.copy_deferred
+        deferred, tensor, copy = self.deferred, torch.Tensor, self._copy_oldest
         keep, later, largest, most = channel.kept.append, deferred.append, _DEFERRED_BYTES, _DEFERRED_MOST
 
         def defer(message: Any) -> None:
@@ -485,12 +489,13 @@ class Session:
 
         return defer
 
-    def copy_deferred(self, most: int = _IDLE_CHUNK) -> bool:
-        """Copy the oldest ``most`` messages kept by the real-time tap into the feed (dropped
-        and counted where it has no room); whether it did. The engine's ``idle`` callback: a
-        thread calls it before it waits (NOTE [ the recorder's tap ]; a host's thread copies
-        only past _HOST_BACKLOG); once none are kept, it wakes the recorder process for what
-        was appended (NOTE [ waking the recorder ] in ``_feed``)."""
+    def copy_deferred(self) -> bool:
+        """Copy the oldest messages kept by the real-time tap into the feed (dropped and
+        counted where it has no room): _IDLE_CHUNK, or fewer once they took _IDLE_SECONDS;
+        whether it did. The engine's ``idle`` callback: a thread calls it before it waits (NOTE
+        [ the recorder's tap ]; a host's thread copies only past _HOST_BACKLOG); once none are
+        kept, it wakes the recorder process for what was appended (NOTE [ waking the recorder
+        ] in ``_feed``)."""
         deferred = self.deferred
         if not deferred:
             self.feed.kick()
@@ -498,13 +503,21 @@ class Session:
         if len(deferred) < _HOST_BACKLOG and threading.get_ident() not in hooking:
             return False  # a host's thread: the run's threads copy them (NOTE [ the recorder's tap ])
         with self.copy_lock:
-            self._copy_locked(most, None)
+            self._copy_locked(_IDLE_CHUNK, None, time.perf_counter() + _IDLE_SECONDS)
         return True
 
-    def _copy_locked(self, most: int, wait: Callable[[], None] | None) -> None:
-        """Copy the oldest ``most`` kept messages (``copy_lock`` held), in the order sent."""
+    def _copy_oldest(self, most: int) -> None:
+        """Copy the oldest ``most`` kept messages (a tap past _DEFERRED_MOST)."""
+        with self.copy_lock:
+            self._copy_locked(most, None)
+
+    def _copy_locked(self, most: int, wait: Callable[[], None] | None, until: float = math.inf) -> None:
+        """Copy the oldest ``most`` kept messages (``copy_lock`` held), in the order sent; once
+        ``until`` (``perf_counter``) passed, no more (one at least)."""
         deferred = self.deferred
-        for _ in range(min(most, len(deferred))):
+        for k in range(min(most, len(deferred))):
+            if k and time.perf_counter() > until:
+                return
             channel = deferred.popleft()
             latest = channel.kept.popleft()  # kept before the channel went in deferred
             assert latest is not None  # set before the port's watchers are called
