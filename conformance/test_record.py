@@ -586,6 +586,26 @@ def test_a_message_changed_after_it_was_sent_is_counted_not_written(tmp_path: Pa
     assert file.metadata["mujou.end"]["lost"] == "1"
 
 
+@pytest.mark.rule("record.recorder")
+def test_a_resumed_run_records_what_it_sends_not_the_messages_its_restore_puts_back(tmp_path: Path) -> None:
+    """A run resumed from a state tree records the messages it sends; the latest messages
+    the restore puts back on the outputs were sent by the run the tree was taken from. Under
+    both timers (the real-time tap keeps messages, the virtual one copies them). Planted:
+    muting that leaves the taps on (the file's first count is the saved one)."""
+    net = counting_net()
+    with mujou.run(net, timer=vt()) as first:
+        first.sleep(1.0)
+        tree = first.state_dict()
+    saved = net.counter.count
+    for timer in (vt(), mujou.RealTimeTimer()):
+        path = tmp_path / f"resumed-{timer.virtual}.mcap"
+        with mujou.run(counting_net(), timer=timer, state=tree, record=path) as run:
+            run.sleep(0.25)
+        counts = [tensor_of(m.value)[0].item() for m in read(path).on("/counter/out")]
+        assert counts, f"nothing recorded (virtual: {timer.virtual})"
+        assert counts == [float(saved + k) for k in range(1, len(counts) + 1)]
+
+
 @pytest.mark.rule("record.keyframes")
 def test_real_time_keyframes_are_taken_as_the_run_goes(tmp_path: Path) -> None:
     path = tmp_path / "rtk.mcap"

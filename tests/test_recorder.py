@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import threading
 import time
@@ -15,7 +16,7 @@ import torch
 
 import mujou
 from mujou import Node, Output
-from mujou._record import _feed, _recorder
+from mujou._record import _feed, _recorder, _sink
 
 HANG_GUARD = 30.0  # real seconds the run has to end once the recorder process failed
 
@@ -84,3 +85,107 @@ def test_a_killed_recorder_process_stops_the_run_and_no_tap_waits_for_it(tmp_pat
     assert isinstance(session, _recorder.Session)
     os.kill(session.process.pid, signal.SIGKILL)
     _ends_with_an_internal_error(run, f"exit code -{int(signal.SIGKILL)}")
+
+
+def _kicked(writer: _feed.FeedWriter) -> bool:
+    """Whether the writer woke the reader since this was last asked (the kicks read)."""
+    assert writer.wake_fd is not None
+    readable = bool(select.select([writer.wake_fd], [], [], 0)[0])
+    if readable:
+        os.read(writer.wake_fd, 4096)
+    return readable
+
+
+def test_the_feed_wakes_the_recorder_process_once_for_what_was_appended() -> None:
+    """NOTE [ waking the recorder ]: a message appended (in a hook) makes no system call; a
+    kick (a thread about to wait) wakes the reader once for what was appended, and not again
+    for nothing new; a quarter of ``waiting`` messages appended wakes it from the hook.
+    Planted: a kick with nothing new written anyway, and no kick at the quarter (each fails)."""
+    writer = _feed.FeedWriter(1 << 16, waiting=8)
+    try:
+        data = torch.zeros(2)
+        form = _feed.message_form(_feed.FIRST_FORM, b"", data.nbytes)
+        assert writer.message(form, data.data_ptr(), 0.0, 0)
+        assert not _kicked(writer)
+        writer.kick()
+        assert _kicked(writer)
+        writer.kick()
+        assert not _kicked(writer)
+        assert writer.message(form, data.data_ptr(), 0.0, 0)
+        assert not _kicked(writer)
+        assert writer.message(form, data.data_ptr(), 0.0, 0)  # 2 since the kick: 8 // 4
+        assert _kicked(writer)
+    finally:
+        writer.close()
+
+
+def test_under_real_time_the_recorder_process_is_woken_when_the_run_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder process looks at the feed by itself only every WAKE_MOST seconds (an hour
+    here): the messages reach it as the run goes because the worker about to wait kicks it,
+    and all of them at the end because the close does. Planted: no kick in copy_deferred (the
+    wait for the messages fails), and none in the close's wait (the close fails, stuck)."""
+    monkeypatch.setattr(_sink, "WAKE_MOST", 3600.0)
+    net = mujou.Net()
+    net.source = Source()
+    recorder = mujou.Recorder(tmp_path / "w.mcap", compression=None)
+    with mujou.run(net, workers=1, record=recorder) as run:
+        began = time.monotonic()
+        while recorder.messages < 3:
+            assert time.monotonic() - began < HANG_GUARD, "the recorder process was not woken"
+            time.sleep(0.01)
+        run.stop()
+        sent = run.stats().nodes["source"].updates
+    assert recorder.lost == 0
+    assert recorder.messages == sent
+
+
+class Holding(Node):
+    """Sends ``count`` small tensors in its first update, then holds its worker until
+    ``release`` (bounded): no thread of the run copies what the tap keeps meanwhile."""
+
+    out = Output()
+
+    def __init__(self, count: int) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.count = count
+        self.sent = threading.Event()
+        self.release = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        if self.sent.is_set():
+            return
+        for i in range(self.count):
+            self.out.send(torch.full((4,), float(i)))
+        self.sent.set()
+        self.release.wait(HANG_GUARD)
+
+
+def test_a_hosts_thread_copies_the_kept_messages_only_past_the_backlog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOTE [ the recorder's tap ]: the host's thread in ``run.sleep`` (which calls the idle
+    callbacks before it waits) leaves the kept messages to the run's threads, unless
+    _HOST_BACKLOG or more are kept: then it copies them down below it. The one worker is held
+    in the hook meanwhile, so that only the host could copy. With _IDLE_SECONDS 0 each idle
+    call copies one message (the first; _IDLE_CHUNK without the time bound). Every message is
+    in the file at the end. Planted: no host check (the host copied all 5: none kept); a host
+    that never copies (the 522 stay kept); no time bound (16 at a time: 506 left)."""
+    monkeypatch.setattr(_recorder, "_IDLE_SECONDS", 0.0)
+    for count, left in ((5, 5), (_recorder._HOST_BACKLOG + 10, _recorder._HOST_BACKLOG - 1)):
+        holding = Holding(count)
+        net = mujou.Net()
+        net.holding = holding
+        recorder = mujou.Recorder(tmp_path / f"host-{count}.mcap", compression=None)
+        with mujou.run(net, workers=1, record=recorder) as run:
+            session = run._recording
+            assert isinstance(session, _recorder.Session)
+            try:
+                assert holding.sent.wait(HANG_GUARD)
+                run.sleep(0.01)
+                assert len(session.deferred) == left, f"{count} sent"
+            finally:
+                holding.release.set()
+        assert recorder.lost == 0
+        assert recorder.messages == count

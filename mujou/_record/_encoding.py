@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import importlib
 import json
 import math
@@ -351,8 +352,10 @@ def decode_tensor(
     return tensor.view(shape)
 
 
+@functools.cache
 def tensor_file() -> bytes:
-    """The ``FileDescriptorProto`` of ``mujou/tensor.proto`` (the ``mujou.Tensor`` message)."""
+    """The ``FileDescriptorProto`` of ``mujou/tensor.proto`` (the ``mujou.Tensor`` message);
+    made once (a few hundred µs: the first message of each tensor port registered it)."""
     fields = [
         _field_proto("shape", 1, _T_INT64, _REPEATED),
         _field_proto("dtype", 2, _T_STRING, _OPTIONAL),

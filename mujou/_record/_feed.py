@@ -15,6 +15,10 @@ Layout of the buffer::
     bytes 72..79    the messages the recorder process has written (or kept), for recorder.messages
     bytes 128..     the ring of ``size`` bytes, a power of two
 
+The run's process wakes the recorder process through a pipe (``kick``: a byte written) once
+it appended records and a thread of it is about to wait, or when much is waiting
+(NOTE [ waking the recorder ]); the recorder process sleeps on the pipe meanwhile.
+
 A record is a header ``(payload bytes, kind, stamp, aux)`` (``HEADER``: 24 bytes) and its
 payload, padded to 8 bytes; it never wraps around the ring's end: where it does not fit before
 the end, a ``WRAP`` header (or, with under 24 bytes left, nothing) sends the reader back to the
@@ -35,6 +39,7 @@ load of them.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import mmap
@@ -146,16 +151,48 @@ def message_form(kind: int, prefix: bytes, nbytes: int) -> MessageForm:
     return packer.pack_into, kind, prefix, length, HEADER.size + ((length + _PAD) & ~_PAD), nbytes
 
 
+def wake_pipe() -> tuple[int, int] | None:
+    """The pipe through which the run's process wakes the recorder process (NOTE [ waking the
+    recorder ]): its read end (the recorder process's, which waits on it with ``select``) and
+    its write end, which never blocks; None where ``select`` cannot wait on a pipe (Windows):
+    the recorder process then looks at the feed every few milliseconds instead."""
+    if os.name == "nt":  # pragma: no cover (no Windows in CI)
+        return None
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    return read, write
+
+
 class FeedWriter:
     """The run's process's end: appends records (any thread; one at a time, by a lock).
 
     ``waiting``: the messages appended and not yet written by the recorder process at most;
     a message past them finds no room (as one that does not fit).
+
+    NOTE [ waking the recorder ]
+    The recorder process sleeps on a pipe until :meth:`kick` writes a byte to it, which the
+    run's process does once it appended records and a thread of it is about to wait (the
+    recorder's ``idle`` callback, ``Session.copy_deferred``), or waits for the recorder process
+    (room, a flush, the end); and, in the middle of the hooks, once a quarter of ``waiting``
+    messages or an eighth of the ring were appended since the last kick, so that a run that is
+    never idle does not fill the feed. It used to look at the feed by itself every 0.2 to 5 ms:
+    under the real-time timer those wake-ups fell in the middle of the updates of a fleet's
+    slot, and on a busy machine each could take the CPU from the worker that ran them (the
+    recorded fleet's worker was preempted three times as often). Now it runs when the run's
+    threads are about to wait. It still looks by itself every ``Config.wake_most`` seconds
+    (``_sink``), which bounds the time a record appended without a kick waits.
     """
 
     def __init__(self, size: int, waiting: int) -> None:
         self._mapped = _Mapped(_shared_file(size), size)
         self.fd = self._mapped.fd
+        pipe = wake_pipe()
+        self.wake_fd = None if pipe is None else pipe[0]  # the recorder process's end
+        self._wake = None if pipe is None else pipe[1]
+        self._kicked = 0  # head at the last kick
+        self._kicked_count = 0  # messages appended then
+        self._kick_bytes = size // 8
+        self._kick_count = max(1, waiting // 4)
         self.size = size
         self._mask = size - 1
         self._lock = threading.Lock()
@@ -213,6 +250,28 @@ class FeedWriter:
         if self._fence is not None:
             self._fence()
         self._words[_HEAD] = self._head
+        if (
+            self._head - self._kicked >= self._kick_bytes
+            or self._appended - self._kicked_count >= self._kick_count
+        ):
+            self._kick_locked()
+
+    def kick(self) -> None:
+        """Wake the recorder process if records were appended since the last kick (NOTE
+        [ waking the recorder ]); a thread about to wait, or about to wait for the recorder
+        process, calls it."""
+        if self._head != self._kicked:
+            with self._lock:
+                if self._head != self._kicked:
+                    self._kick_locked()
+
+    def _kick_locked(self) -> None:
+        """Wake the recorder process (the lock held, the head published)."""
+        self._kicked, self._kicked_count = self._head, self._appended
+        if self._wake is None:
+            return
+        with contextlib.suppress(OSError):  # full (the recorder process has kicks to read), or gone
+            os.write(self._wake, b"\0")
 
     def message(self, form: MessageForm, address: int, stamp: float, microstep: int) -> bool:
         """Append a message of ``form`` (:func:`message_form`): the header and the prefix in one
@@ -251,6 +310,11 @@ class FeedWriter:
             if self._fence is not None:
                 self._fence()
             self._words[_HEAD] = head
+            if (
+                head - self._kicked >= self._kick_bytes
+                or self._appended - self._kicked_count >= self._kick_count
+            ):
+                self._kick_locked()
         finally:
             lock.release()
         return True
@@ -316,10 +380,14 @@ class FeedWriter:
         return True
 
     def close(self) -> None:
-        """Unmap the buffer (the recorder process keeps its own mapping)."""
+        """Unmap the buffer (the recorder process keeps its own mapping), close the pipe."""
         with self._lock:
             del self._words, self._view  # the mapping closes once nothing points into it
             self._mapped.close()
+            for fd in (self.wake_fd, self._wake):
+                if fd is not None:
+                    os.close(fd)
+            self.wake_fd = self._wake = None
 
 
 class FeedReader:

@@ -49,6 +49,7 @@ import torch
 
 from .._errors import MujouInternalError
 from .._files import file_path, reworded, written
+from .._in_run import hooking
 from .._messages import cpu_tensor_copy
 from .._numbers import shown
 from .._state import dumps
@@ -71,12 +72,17 @@ _IDLE_WAIT = 0.05  # real seconds the keyframe thread sleeps at most before it l
 _ROOM_WAIT = 0.0002  # real seconds a tap that waits for room in the feed sleeps before it looks again
 _STUCK = 60.0  # real seconds without progress after which the recorder process is taken for stuck
 # Real-time timer (NOTE [ the recorder's tap ]): a tensor message of at most _DEFERRED_BYTES is
-# kept by reference until a thread is about to wait, which copies _IDLE_CHUNK of them at a time
-# (tens of µs, so an update due meanwhile waits no longer); past _DEFERRED_MOST kept (at most
-# 64 MiB of tensors kept alive, the default buffer's size) a tap copies the oldest itself.
+# kept by reference until a thread is about to wait, which copies _IDLE_CHUNK of them at a time,
+# or fewer where they took _IDLE_SECONDS (tens of µs, so an update due meanwhile waits no
+# longer; a port's first message, which registers its channel, takes a few hundred); past
+# _DEFERRED_MOST kept (at most 64 MiB of tensors kept alive, the default buffer's size) a tap
+# copies the oldest itself.
 _DEFERRED_BYTES = 1 << 16
 _DEFERRED_MOST = 1024
 _IDLE_CHUNK = 16
+_IDLE_SECONDS = 0.0001
+# A host's thread (one that runs no hooks) copies kept messages only while this many are kept.
+_HOST_BACKLOG = _DEFERRED_MOST // 2
 
 
 def _mcap() -> Any:
@@ -226,6 +232,10 @@ class _Channel:
     # (dtype, shape, its form in the feed: _feed.message_form of the form, its encoding's bytes
     # before the data and the data's bytes); a message like it takes the fast path of the tap.
     current: tuple[torch.dtype, torch.Size, _feed.MessageForm] | None = None
+    # Real-time timer: the Latest of each message kept by the tap and not yet copied, oldest
+    # first (NOTE [ the recorder's tap ]); its put (Session._putter), set when it is watched.
+    kept: collections.deque[Latest | None] = field(default_factory=collections.deque)
+    put: _Put | None = None
     # Messages dropped: counted only by one thread at a time (under the real-time timer with
     # Session.copy_lock held, else where the port's messages are published: its node's hook
     # thread, or the engine's commit), so a plain int is enough.
@@ -257,18 +267,29 @@ class Session:
     Under the real-time timer the copy (2-3 µs for a small tensor) is put off: the watcher of a
     tensor of at most _DEFERRED_BYTES only keeps the port's ``Latest`` (the message, its
     version and stamp: a message is not changed after it was sent, ports.send-snapshot and
-    ports.send-no-copy) in ``deferred``, a fraction of a µs. A fleet's nodes due together on
-    one worker each paid the copy before the next could start, and the last one waited for
-    all of them (99 copies, about 0.3 ms, at N = 100). The copies are made by the first thread
-    about to wait (a worker, a dedicated node's thread, the host's thread in a wait: the
-    engine's ``idle`` callbacks), _IDLE_CHUNK at a time so that an update due meanwhile is not
-    held back long; by the tap itself past _DEFERRED_MOST kept (memory stays bounded and a
-    saturated run still records); before any other message (a larger or structured one,
-    copied at once, after those kept: one queue, so each port's order is kept); and all of
-    them when the run ends, or before a snapshot. A kept tensor changed in place since it was
-    sent (against ports.send-no-copy) is dropped and counted, never written changed. Under the
-    virtual timer, and for a node in another process (whose messages reach the host on a
-    thread of their own), the watcher copies each message at once, as before.
+    ports.send-no-copy) in its channel's ``kept``, then the channel in ``deferred`` (the order
+    in which the kept messages are copied: a channel's oldest for each time it is there), a
+    fraction of a µs: two appends of objects that exist, where a tuple of them made and kept
+    cost more than both (it was tracked by the garbage collector), and no ``muted`` flag to
+    look at (muting removes the watchers). A fleet's nodes due together on one worker each
+    paid the copy before the next could start, and the last one waited for all of them (99
+    copies, about 0.3 ms, at N = 100). The copies are made:
+    - by the first of the run's threads about to wait (a worker, a dedicated node's thread:
+      the engine's ``idle`` callbacks), _IDLE_CHUNK at a time so that an update due
+      meanwhile is not held back long;
+    - by a host's thread in a wait (one that runs no hooks: ``_in_run.hooking``) only while
+      _HOST_BACKLOG or more are kept: it wakes at any time (``run.sleep`` looks every
+      ``HOST_POLL_REAL``), often while a worker runs a fleet's slot, and its copies then held
+      the GIL the worker needed, when the worker copies them anyway once the slot is done;
+    - by the tap itself past _DEFERRED_MOST kept (memory stays bounded and a saturated run
+      still records);
+    - before any other message (a larger or structured one, copied at once, after those
+      kept: one queue, so each port's order is kept);
+    - all of them when the run ends, or before a snapshot.
+    A kept tensor changed in place since it was sent (against ports.send-no-copy) is dropped
+    and counted, never written changed. Under the virtual timer, and for a node in another
+    process (whose messages reach the host on a thread of their own), the watcher copies each
+    message at once, as before.
 
     NOTE [ the writer and the GIL ]
     The writer is a process of its own because a writer thread in the run's process runs
@@ -303,7 +324,8 @@ class Session:
         self.window = None if recorder._snapshot is None else round(recorder._snapshot * 1e9)
         self.kept: tuple[list[_sink.Message], list[_sink.Keyframe]] | None = None  # after close
         self.kept_channels: list[tuple[int, _Channel, _encoding.Plan, dict[str, str]]] = []
-        self.muted = False  # while a restore republishes the saved messages: not sent in this run
+        self._muted = False  # while a restore republishes the saved messages: not sent in this run
+        self.watchers: list[tuple[_Port, Callable[[Any], None]]] = []  # the taps, to mute them
         self.register_lock = threading.Lock()  # channel ids in the feed's order, as mcap numbers them
         self.next_channel = itertools.count(1)
         self.next_form = itertools.count(_feed.FIRST_FORM)
@@ -313,8 +335,8 @@ class Session:
         self.header_of = functools.partial(_header, net, nodes, engine, workers, recorder, seed=seed)
         self.header: dict[str, dict[str, str]] = {}
         self.unwatch: list[Callable[[], None]] = []
-        # The real-time tap's messages not yet copied: (channel, its put, the port's Latest).
-        self.deferred: collections.deque[tuple[_Channel, _Put, Latest | None]] = collections.deque()
+        # The real-time tap's messages not yet copied: each one's channel, which keeps its Latest.
+        self.deferred: collections.deque[_Channel] = collections.deque()
         self.copy_lock = threading.Lock()  # one thread copies the deferred messages at a time
         # Under the virtual timer a tap waits for room instead: queue does not count there.
         waiting = sys.maxsize if self.virtual else recorder._queue
@@ -344,6 +366,8 @@ class Session:
         config = _sink.Config(
             feed_fd=self.feed.fd,
             feed_size=self.feed.size,
+            wake_fd=self.feed.wake_fd,
+            wake_most=_sink.WAKE_MOST,
             file_fd=file_fd,
             chunk_size=self.recorder._chunk_size,
             compression=self.recorder._compression,
@@ -351,7 +375,7 @@ class Session:
             window_ns=self.window,
             real_time=not self.virtual,
         )
-        fds = (self.feed.fd,) if file_fd is None else (self.feed.fd, file_fd)
+        fds = tuple(fd for fd in (self.feed.fd, file_fd, self.feed.wake_fd) if fd is not None)
         process = subprocess.Popen(
             [sys.executable, "-c", _sink.launch_code()],
             stdin=subprocess.PIPE,
@@ -392,11 +416,13 @@ class Session:
         """Write the header and watch every recorded port (before any hook of the host's
         process runs); a port of another process through its mirror (:ref:`record.processes`)."""
         self.start()
+        _encoding.tensor_schema()  # made once, now: not in the copy of a port's first message
         for channel in self.channels:
             port = channel.port
             channel.mirrored = processes is not None and processes.group_of(port.node) is not None
             watcher = self._watcher(channel)
             port._add_watcher(watcher)
+            self.watchers.append((port, watcher))
             self.unwatch.append(functools.partial(port._remove_watcher, watcher))
             if processes is not None and channel.mirrored:
                 self.unwatch.append(processes.watch(port))
@@ -410,34 +436,51 @@ class Session:
         if not self.virtual and self.recorder._state_every is not None:
             self.keyframes_real(run)
 
+    @property
+    def muted(self) -> bool:
+        """Whether the taps are off: while a restore republishes the saved messages, which are
+        not sent in this run. Muting removes the taps from their ports, so that they need not
+        look at a flag on each message."""
+        return self._muted
+
+    @muted.setter
+    def muted(self, muted: bool) -> None:
+        if muted == self._muted:
+            return
+        self._muted = muted
+        for port, watcher in self.watchers:
+            if muted:
+                port._remove_watcher(watcher)
+            else:
+                port._add_watcher(watcher)
+
     def _watcher(self, channel: _Channel) -> Callable[[Any], None]:
         """The tap of ``channel`` (NOTE [ the recorder's tap ]): under the real-time timer a
         small tensor is kept for :meth:`copy_deferred`, any other message copied now (after
         those kept); under the virtual timer, or for a node in another process, every message
         is copied now."""
-        port, put = channel.port, self._putter(channel)
+        port = channel.port
+        put = channel.put = self._putter(channel)
         if self.virtual or channel.mirrored:
             engine = None if channel.mirrored or not self.virtual else self.engine
             wait = self._wait_room if self.virtual else None
 
             def watch(message: Any) -> None:
-                if self.muted:
-                    return
                 latest = port._latest
                 stamp = latest[3] if latest is not None else 0.0
                 put(message, stamp, 0 if engine is None else engine.microstep, wait)
 
             return watch
 
-        deferred, tensor, copy = self.deferred, torch.Tensor, self.copy_deferred
+        deferred, tensor, copy = self.deferred, torch.Tensor, self._copy_oldest
+        keep, later, largest, most = channel.kept.append, deferred.append, _DEFERRED_BYTES, _DEFERRED_MOST
 
         def defer(message: Any) -> None:
-            if self.muted:
-                return
-            if message.__class__ is tensor and message.nbytes <= _DEFERRED_BYTES:
-                deferred.append((channel, put, port._latest))  # the message, its version and stamp
-                if len(deferred) > _DEFERRED_MOST:
-                    copy(len(deferred) - _DEFERRED_MOST)
+            if message.__class__ is tensor and message.nbytes <= largest:
+                keep(port._latest)  # the message, its version and stamp: before the channel
+                later(channel)  # goes in deferred, so that a copy that takes it finds it kept
+                if len(deferred) > most:
+                    copy(len(deferred) - most)
                 return
             latest = port._latest
             with self.copy_lock:
@@ -446,27 +489,44 @@ class Session:
 
         return defer
 
-    def copy_deferred(self, most: int = _IDLE_CHUNK) -> bool:
-        """Copy the oldest ``most`` messages kept by the real-time tap into the feed (dropped
-        and counted where it has no room); whether any were kept. The engine's ``idle``
-        callback: a thread calls it before it waits (NOTE [ the recorder's tap ])."""
-        if not self.deferred:
+    def copy_deferred(self) -> bool:
+        """Copy the oldest messages kept by the real-time tap into the feed (dropped and
+        counted where it has no room): _IDLE_CHUNK, or fewer once they took _IDLE_SECONDS;
+        whether it did. The engine's ``idle`` callback: a thread calls it before it waits (NOTE
+        [ the recorder's tap ]; a host's thread copies only past _HOST_BACKLOG); once none are
+        kept, it wakes the recorder process for what was appended (NOTE [ waking the recorder
+        ] in ``_feed``)."""
+        deferred = self.deferred
+        if not deferred:
+            self.feed.kick()
             return False
+        if len(deferred) < _HOST_BACKLOG and threading.get_ident() not in hooking:
+            return False  # a host's thread: the run's threads copy them (NOTE [ the recorder's tap ])
         with self.copy_lock:
-            self._copy_locked(most, None)
+            self._copy_locked(_IDLE_CHUNK, None, time.perf_counter() + _IDLE_SECONDS)
         return True
 
-    def _copy_locked(self, most: int, wait: Callable[[], None] | None) -> None:
-        """Copy the oldest ``most`` kept messages (``copy_lock`` held), in the order sent."""
+    def _copy_oldest(self, most: int) -> None:
+        """Copy the oldest ``most`` kept messages (a tap past _DEFERRED_MOST)."""
+        with self.copy_lock:
+            self._copy_locked(most, None)
+
+    def _copy_locked(self, most: int, wait: Callable[[], None] | None, until: float = math.inf) -> None:
+        """Copy the oldest ``most`` kept messages (``copy_lock`` held), in the order sent; once
+        ``until`` (``perf_counter``) passed, no more (one at least)."""
         deferred = self.deferred
-        for _ in range(min(most, len(deferred))):
-            channel, put, latest = deferred.popleft()
+        for k in range(min(most, len(deferred))):
+            if k and time.perf_counter() > until:
+                return
+            channel = deferred.popleft()
+            latest = channel.kept.popleft()  # kept before the channel went in deferred
             assert latest is not None  # set before the port's watchers are called
             message = latest[0]
             if message._version != latest[1]:  # changed in place since it was sent: it is gone
                 channel.lost += 1
                 continue
-            put(message, latest[3], 0, wait)
+            assert channel.put is not None  # set before its port is watched
+            channel.put(message, latest[3], 0, wait)
 
     def _putter(self, channel: _Channel) -> _Put:
         """What copies a message of ``channel`` into the feed: a CPU tensor like the last
@@ -577,6 +637,7 @@ class Session:
         """A virtual-timer tap's wait for room in the feed; _GoneError once the recorder process is."""
         if self.dead:
             raise _GoneError
+        self.feed.kick()
         time.sleep(_ROOM_WAIT)
 
     def lost_count(self) -> int:
@@ -682,6 +743,7 @@ class Session:
         """Wait until ``until()``; MujouInternalError if the recorder process ended or makes no
         progress for _STUCK seconds."""
         last = (time.monotonic(), self.feed.taken)
+        self.feed.kick()
         while not until():
             if self.dead:
                 raise MujouInternalError("the recorder process failed") from self.failure
@@ -759,7 +821,8 @@ class Session:
         else:
             with tempfile.TemporaryDirectory(prefix="mujou-record-") as folder:
                 dump = os.path.join(folder, "kept.pickle")
-                self.copy_deferred(len(self.deferred))
+                with self.copy_lock:
+                    self._copy_locked(len(self.deferred), None)
                 self._put(_feed.DUMP, pickle.dumps(dump))
                 self.flush()
                 messages, keyframes = _load_kept(dump)

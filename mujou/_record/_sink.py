@@ -23,9 +23,11 @@ the run's threads get the CPU first; the feed holds what it has not yet taken me
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import os
 import pickle
+import select
 import sys
 import threading
 import time
@@ -38,6 +40,9 @@ from . import _feed, _mcapwrite
 STATE_MEDIA_TYPE = "application/x-mujou-state"
 _IDLE_FIRST = 0.0002  # real seconds of the first sleep on an empty feed; it doubles up to _IDLE_MOST
 _IDLE_MOST = 0.005
+# Real-time timer: the real seconds the process sleeps at most on an empty feed without a kick
+# from the run's process (NOTE [ waking the recorder ] in _feed); Config.wake_most.
+WAKE_MOST = 0.25
 _NICE = 10  # the process's niceness under the real-time timer
 
 LAUNCH = """
@@ -66,6 +71,8 @@ class Config:
 
     feed_fd: int
     feed_size: int
+    wake_fd: int | None  # the pipe's read end on which it sleeps (NOTE [ waking the recorder ])
+    wake_most: float  # real-time timer: real seconds it sleeps at most without a kick
     file_fd: int | None  # the recording, opened by the run's process; None: a snapshot recorder
     chunk_size: int
     compression: str | None
@@ -244,6 +251,9 @@ def serve(config: Config, gone: threading.Event) -> None:
     if config.real_time:
         _yield_to_the_run()
     reader = _feed.FeedReader(config.feed_fd, config.feed_size)
+    wake = config.wake_fd
+    if wake is not None:
+        os.set_blocking(wake, False)
     sink = Sink(config)
     forms, first_form = sink.forms, _feed.FIRST_FORM
     add = None if sink.writer is None else sink.writer.add_message
@@ -268,8 +278,29 @@ def serve(config: Config, gone: threading.Event) -> None:
                 sink.cut()
                 return
             continue
-        time.sleep(idle)
-        idle = min(2 * idle, _IDLE_MOST)
+        if config.real_time:
+            _sleep(reader, wake, config.wake_most, gone)  # until a thread of the run is about to wait
+        else:
+            _sleep(reader, wake, idle, gone)
+            idle = min(2 * idle, _IDLE_MOST)
+
+
+def _sleep(reader: _feed.FeedReader, wake: int | None, most: float, gone: threading.Event) -> None:
+    """Wait until the run's process kicks (``FeedWriter.kick``), its end closes our standard
+    input (then ``gone`` is set), or ``most`` seconds passed. The kicks that came are read:
+    records appended before a kick are ready once this returns. Without a pipe (``wake``
+    None: the standard input is watched by a thread), sleep ``most`` seconds."""
+    if wake is None:  # pragma: no cover (no Windows in CI)
+        time.sleep(most)
+        return
+    if reader.ready():
+        return
+    readable = select.select([wake, 0], [], [], most)[0]
+    if wake in readable:
+        with contextlib.suppress(BlockingIOError):  # read by a wake-up that came before
+            os.read(wake, 4096)
+    if 0 in readable and not os.read(0, 4096):  # the end of the input: the run's process is gone
+        gone.set()
 
 
 def main() -> None:
@@ -283,7 +314,8 @@ def main() -> None:
                 pass
             gone.set()
 
-        threading.Thread(target=watch_stdin, name="mujou-record-stdin", daemon=True).start()
+        if config.wake_fd is None:  # pragma: no cover (no Windows in CI); else _sleep watches it
+            threading.Thread(target=watch_stdin, name="mujou-record-stdin", daemon=True).start()
         serve(config, gone)
     except BaseException:
         traceback.print_exc()
