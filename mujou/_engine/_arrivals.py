@@ -35,6 +35,11 @@ class Policy(Protocol):
         """An arrival at ``now`` on an input ``slot``'s trigger names, sent by ``by``'s update."""
         ...
 
+    def sent_to_free(self, slot: Slot, now: float, by: Slot | None) -> bool:
+        """``arrive`` and ``arrival`` in one for a free ``Slot.one_input`` node; whether it
+        took the arrival (False: the caller calls ``arrive``)."""
+        ...
+
 
 def wire(slots: Sequence[Slot]) -> None:
     """Set every port's ``_wakes`` for a run of ``slots``."""
@@ -134,6 +139,18 @@ def arrived(policy: Policy, port: _Port, now: float, by: Slot | None = None) -> 
     slots = policy.slots
     for index in port._wakes:
         arrive(policy, slots[index], now, by)
+
+
+def sent_arrived(policy: Policy, port: _Port, now: float, by: Slot | None) -> None:
+    """A message an update sent became visible on ``port`` at ``now``, under the real-time
+    timer (``by``: the sending node's, None for an update in another process,
+    ``_processes._inbox``): ``arrived``, with the short path ``Policy.sent_to_free`` for each
+    node woken through one input (``Slot.one_input``)."""
+    slots = policy.slots
+    for index in port._wakes:
+        slot = slots[index]
+        if not (slot.one_input and policy.sent_to_free(slot, now, by)):
+            arrive(policy, slot, now, by)
 
 
 def come_back(slot: Slot) -> None:

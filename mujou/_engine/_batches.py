@@ -326,6 +326,14 @@ class Workers:
         if due < math.inf:
             self._wake_idle(due, exact=True, another=True)
 
+    def wake_after_received(self, now: float, taken: bool) -> None:
+        """After an arrival that woke no worker (``host_defers``), on a thread that then took
+        the update due now for itself (``taken``) or took none: a worker wakes for an update
+        due now besides it, and, where the thread took none, for the one due earliest."""
+        due = self._earliest()[0]
+        if due <= now or (not taken and due < math.inf):
+            self._wake_idle(due, exact=True, another=True)
+
     def _idle(self, w: int, kind: int, wait: float, now: float = 0.0) -> tuple[int, Any]:
         """Worker ``w`` waits: PARK, or ``wait`` real seconds from timer time ``now``."""
         if kind == PARK:

@@ -28,7 +28,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -215,9 +214,7 @@ class Lender:
             finally:
                 policy.host_defers = False
             batch = policy.take_for_host(now) if takes and not self._busy else None
-            due = policy._earliest()[0]
-            if due <= now or (batch is None and due < math.inf):
-                policy._wake_idle(due, exact=True, another=True)
+            policy.wake_after_received(now, batch is not None)
             if policy.wake:
                 engine.deliver()
             if batch is None:

@@ -43,7 +43,7 @@ from .._routing import OutputSpec, plan_routes
 from .._timer import Timer
 from .._trace import Recorder
 from .._tree import check_tree
-from ._arrivals import arrive, arrived, note_flows, wire
+from ._arrivals import arrived, note_flows, sent_arrived, wire
 from ._clock import make_clock
 from ._collect import state_tree
 from ._exit import live
@@ -338,12 +338,7 @@ class Engine(Instants):
         kept short (NOTE [ the cost of an update ] in ``_update``)."""
         with self.lock:
             policy = self.policy
-            now = self.clock.now()
-            slots = policy.slots
-            for index in port._wakes:
-                slot = slots[index]
-                if not (slot.one_input and policy.sent_to_free(slot, now, by)):
-                    arrive(policy, slot, now, by)
+            sent_arrived(policy, port, self.clock.now(), by)
             if self.tracing:
                 note_flows(self.slots, port, (threading.current_thread().name, time.perf_counter()))
             if policy.wake:

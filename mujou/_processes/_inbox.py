@@ -124,7 +124,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from .._engine._arrivals import arrive
+from .._engine._arrivals import sent_arrived
 from ._ring import RingReader
 from ._wire import NO_HOLDER, Standins, joined, unpacked_rest
 
@@ -342,12 +342,8 @@ class Inbox:
                 engine.parking.prefer(worker)
             policy = engine.policy
             now = engine.clock.now()
-            slots = policy.slots
             for port in woken:
-                for index in port._wakes:  # arrive(), or its shortcut for the common case
-                    slot = slots[index]
-                    if not (slot.one_input and policy.sent_to_free(slot, now, None)):
-                        arrive(policy, slot, now)
+                sent_arrived(policy, port, now, None)
             if policy.wake:
                 engine.deliver()
 
