@@ -756,6 +756,7 @@ def test_without_the_profiler_hooks_run_as_usual() -> None:
 # --- observe.info ---------------------------------------------------------------------------
 
 INFO_KEYS: dict[str, type | tuple[type, ...]] = {
+    "compiled_engine": bool,
     "python": str,
     "free_threaded_build": bool,
     "gil_enabled": bool,
@@ -850,7 +851,8 @@ def test_info_json_on_one_cpu() -> None:
 
 @pytest.mark.rule("observe.info")
 def test_info_text() -> None:
-    """> python -m mujou info prints the Python version and build, whether the GIL is enabled,
+    """> python -m mujou info prints [...] whether its engine is compiled [...], the Python
+    version and build, whether the GIL is enabled,
     the CPUs the process may use, the physical cores, the default number of workers and why,
     torch.get_num_threads() with the advice of the rule of thumb, and the CUDA devices."""
     text = python_m_mujou("info")
@@ -863,6 +865,8 @@ def test_info_text() -> None:
     for device in info["cuda_devices"]:
         assert device in out, f"{device!r} not in:\n{out}"
     assert "GIL" in out, out
+    engine = "compiled with mypyc" if info["compiled_engine"] else "pure Python"
+    assert engine in out, f"{engine!r} not in:\n{out}"
     with pytest.raises(json.JSONDecodeError):
         json.loads(out)  # the text is for people; --json is for programs
 

@@ -16,12 +16,19 @@ from typing import Any
 import torch
 
 from ._cpus import affinity_cpus, default_workers, gil_enabled, physical_cores, quota_cpus, usable_cpus
+from ._engine import _update
 from ._hosts._cli import add_serve_command, serve_command
 from ._record import _cli as record_cli
 from ._trace_view import add_trace_command, trace_command
 from ._version import __version__
 
 PROG = "python -m mujou"
+
+
+def compiled_engine() -> bool:
+    """Whether the engine's per-update path was loaded from an extension module that mypyc built
+    (``MUJOU_COMPILE=1`` at install, see setup.py) rather than from its Python source."""
+    return not (_update.__file__ or "").endswith(".py")
 
 
 def machine_info() -> dict[str, Any]:
@@ -49,6 +56,7 @@ def machine_info() -> dict[str, Any]:
     )
     return {
         "mujou": __version__,
+        "compiled_engine": compiled_engine(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
         "gil_enabled": gil,
@@ -71,9 +79,11 @@ def render(info: dict[str, Any]) -> str:
     quota = "no CPU quota" if info["quota_cpus"] is None else f"a CPU quota of {info['quota_cpus']}"
     cuda = ", ".join(info["cuda_devices"]) or "none"
     gil = "enabled" if info["gil_enabled"] else "disabled"
+    engine = "compiled with mypyc (MUJOU_COMPILE=1)" if info["compiled_engine"] else "pure Python"
     return "\n".join(
         [
             f"Mujou           {info['mujou']}",
+            f"engine          {engine}",
             f"Python          {info['python']} ({build}); GIL {gil}",
             f"CPUs            {info['usable_cpus']} usable: {info['affinity_cpus']} in the affinity, {quota}",
             f"physical cores  {info['physical_cores']}",
