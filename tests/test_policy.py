@@ -95,13 +95,17 @@ def send(policy: Policy, by: Slot, now: float, message: float, short: bool = Fal
         sent_arrived(policy, port, now, by)
 
 
-def write(policy: Policy, slot: Slot, now: float, message: float) -> None:
-    """The host writes ``message`` on ``slot``'s input ``x`` (``run.write``)."""
+def write(policy: Policy, slot: Slot, now: float, message: float, short: bool = False) -> None:
+    """The host writes ``message`` on ``slot``'s input ``x`` (``run.write``); with ``short``,
+    the arrival as ``Lender.write_arrived`` makes it (``sent_arrived``, no sender)."""
     port = slot.core.ports["x"]
     assert isinstance(port, Input)
     port._write(torch.tensor(message), None, now)
     if port._wakes:
-        arrived(policy, port, now)
+        if short:
+            sent_arrived(policy, port, now, None)
+        else:
+            arrived(policy, port, now)
 
 
 def fresh(slot: Slot) -> bool:
@@ -518,7 +522,7 @@ class World:
             # lock, between instants).
             fed = [slot for slot in self.slots if cast(Input[Any], slot.core.ports["x"])._source is None]
             self.sent += 1.0
-            write(policy, self.rng.choice(fed), self.now, self.sent)
+            write(policy, self.rng.choice(fed), self.now, self.sent, short=self.rng.random() < 0.5)
             return True
         return False
 
@@ -635,8 +639,9 @@ def test_the_host_takes_one_update_due_now_earliest_first() -> None:
     assert policy.take_for_host(0.02) is None  # a pause, a job or the stop needs it first
 
 
+@pytest.mark.parametrize("short", [False, True], ids=["arrived", "lender"])
 @pytest.mark.parametrize("defers", [False, True])
-def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool) -> None:
+def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool, short: bool) -> None:
     """NOTE [ writes that wake no worker ]: the arrival of a host write leaves the parked
     worker parked while ``host_defers``; a node's send wakes it either way."""
     slots = [triggered_slot(0, math.inf), triggered_slot(1, math.inf)]
@@ -645,7 +650,7 @@ def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool) -> Non
     policy = started_policy(slots, 1)
     assert policy.next_for_worker(0, 0.0, 0.0) == (PARK, None)
     policy.host_defers = defers
-    write(policy, slots[0], 0.0, 1.0)
+    write(policy, slots[0], 0.0, 1.0, short)
     assert policy.queue.dues == [0.0]
     assert policy.wake_worker == (-1 if defers else 0)
     policy.delivered()
@@ -658,6 +663,27 @@ def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool) -> Non
     assert policy.wake_worker == (0 if defers else -1)
     policy.host_done()
     assert not check(policy)
+
+
+@pytest.mark.rule("trigger.coalesce")
+@pytest.mark.parametrize("short", [False, True], ids=["arrived", "lender"])
+def test_a_write_while_the_host_runs_the_node_makes_it_due_when_the_host_is_done(short: bool) -> None:
+    """``host_done``'s short path decides an arrival that came while the host's thread ran the
+    node (``Slot.arrived``), as ``_put_back`` does: the node is due at that arrival's time."""
+    slots = [triggered_slot(0, math.inf)]
+    wire(slots)
+    policy = started_policy(slots, 1)
+    policy.host_defers = True
+    write(policy, slots[0], 0.001, 1.0, short)
+    batch = policy.take_for_host(0.001)
+    assert batch is not None and batch.todo == [0] and policy.queue.dues == []
+    begin_update(slots[batch.todo.pop()], 0.001, False)
+    write(policy, slots[0], 0.002, 2.0, short)  # while it runs: marked, decided when it is back
+    assert slots[0].arrived and policy.queue.dues == []
+    batch.ran.append(slots[0])
+    policy.host_done()
+    assert policy.holder[0] == 0 and policy.busy == 0 and not check(policy)
+    assert policy.queue.dues == [0.002] and slots[0].due == 0.002 and not slots[0].arrived
 
 
 def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:

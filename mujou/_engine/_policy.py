@@ -446,8 +446,9 @@ class Policy(Ending):
         """``arrive`` and ``arrival`` in one, for the common send to a triggered node: ``slot``
         (``Slot.one_input``: one trigger input, ``on``, not dedicated), free and not due, just
         got a message its updates have not seen, sent by ``by``'s update at ``now`` (None: it
-        came from another process, ``_processes._inbox``); whether it took it (False: nothing
-        decided, the caller calls ``arrive``).
+        came from another process, ``_processes._inbox``, or the host wrote it, and then it
+        wakes no worker while ``host_defers``, as ``arrival``); whether it took it (False:
+        nothing decided, the caller calls ``arrive``).
 
         The same decision as theirs, without their loops over the trigger inputs and their
         checks of a held or queued node: a third of ``Engine.sent``'s time (NOTE [ the cost
@@ -475,7 +476,7 @@ class Policy(Ending):
         if due <= now and by is not None and self._hand_off(slot, by):
             return True
         self.queue.push(due, index)
-        if not self.virtual:
+        if not self.virtual and not (by is None and self.host_defers):
             self._wake_idle(due, exact=True, another=True)
         return True
 
