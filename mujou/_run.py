@@ -179,7 +179,21 @@ class Run:
     # steps of 1-4 us each. In bench (``--quick --repeats 3 --only echo-triggered``, the code
     # before and after this session's cuts one after the other, twice, load 4-7): 56.6 and
     # 69.3 us against the floor's 26.1 and 28.7 (2.17x, 2.41x); before, 56.4 and 75.0 against
-    # 27.6 and 23.5 (2.04x, 3.19x).
+    # 27.6 and 23.5 (2.04x, 3.19x). Since (issue 24), the host's three lock sections take
+    # short paths for the common case: the write's arrival (``sent_arrived``, then
+    # ``Policy.sent_to_free``), the take (``take_for_host`` with no shared batch) and the
+    # put-back (``host_done`` of one update). Stamped in a script looping bench's trip, base
+    # (0257045) and new alternated at load 6-7: the arrival 6.4-6.9 -> 3.8-4.6 us, the take
+    # 4.6-5.0 -> 2.4-2.9, the put-back 4.1-4.5 -> 2.6-3.2; unstamped, the trip (with the
+    # caller's ``torch.full``) 95.4, 97.3, 83.3, 98.5 -> 83.9, 88.7, 74.5, 90.4 us. Where the
+    # rest goes (stamped, new, load 6): the caller's ``torch.full`` 16-22, the write's checks
+    # 1.9-2.5, its clone 9.6-12.3, the publish with its clock read 4.5-5.8, the arrival 3.8-4.6;
+    # wait_for's checks 3.2-4.4, the thread's torch settings 2.0-2.3, the take 2.4-2.9, the
+    # runner and the echo's update (``_update``, the read and the send) 11-13, the put-back
+    # 2.6-3.2, the answer's copy 3.2-4.4, the predicate's ``item`` 2.6-3.4. The floor's trip
+    # in the same minutes, 34-39 us, holds its ``torch.full`` and two wake-ups; the torch
+    # calls alone here (full, clone, copy, item) come to 31-42: 1.0x needs a write that
+    # hands its tensor over instead of cloning it, which the snapshot rule (run.write) forbids.
 
     def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
