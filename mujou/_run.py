@@ -69,7 +69,7 @@ class Run:
         # ``_port``, the port; for ``write``, the input and whether its node is in this process.
         self._checked: dict[int, _Port] = {}
         self._writable: dict[int, tuple[Input[Any], bool]] = {}
-        self._sources: dict[int, _Port] = {}  # for ``wait_for``: of each port ``_port`` keeps
+        self._sources: dict[int, tuple[_Port, _Port]] = {}  # for ``wait_for``: the port, its source
         engine.add_waker(self._wake_subscriptions)
 
     def _wake_subscriptions(self) -> None:
@@ -300,17 +300,16 @@ class Run:
             self._refuse("wait_for")
         engine = self._engine
         engine.hooks.flush_warnings(stacklevel=2)
-        checked = self._port(port)
+        known = self._sources.get(id(port))
+        if known is None or known[0] is not port:
+            known = self._source_of(port)
+        checked, source = known
         if predicate is not None and not callable(predicate):  # run.call-arguments
             raise TypeError(
                 "predicate must be a callable taking the message and returning a bool, or None, "
                 f"got {type(predicate).__name__}: {shown(predicate)}"
             )
         until = None if timeout is None else engine.time() + _seconds("timeout", timeout)
-        source = self._sources.get(id(checked))
-        if source is None:  # the port whose message it waits for, kept (the net is fixed)
-            source = checked.source if isinstance(checked, Input) and checked.source else checked
-            self._sources[id(checked)] = source
         if engine.policy.error is not None:
             engine.raise_error()
         undo = None if self._processes is None else self._watch(source)
@@ -320,7 +319,8 @@ class Run:
                 # The update the host waits for may be due: run it before looking, while no
                 # worker has begun it (NOTE [ the host lends its thread ]).
                 lender.answer(hook_checked=True)
-            latest = source._peek()
+            published = source._latest  # source._peek(), inlined
+            latest = None if published is None else published[0]
             if latest is not None:
                 copy: M = cpu_copy(latest)
                 if predicate is None or predicate(copy):
@@ -331,6 +331,15 @@ class Run:
         finally:
             if undo is not None:
                 undo()
+
+    def _source_of(self, port: object) -> tuple[_Port, _Port]:
+        """``port``, checked (``_port``), and the port whose messages ``wait_for`` on it looks
+        at; kept for the next wait (the net is fixed for the run)."""
+        checked = self._port(port)
+        source = checked.source if isinstance(checked, Input) and checked.source else checked
+        known = (checked, source)
+        self._sources[id(checked)] = known
+        return known
 
     def _wait_for(
         self,
