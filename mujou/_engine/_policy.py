@@ -495,8 +495,11 @@ class Policy(Ending):
         not. Measured (2-core AMD EPYC, CPython 3.11, torch 2.13, the other helpers' work
         running, load 4.6-6.5) with bench's trigger-latency net in a script, base (0257045)
         and this alternated: with ``perf_counter_ns`` stamps at each step, from the lock taken
-        to the decision 3.3-3.6 us before, 2.6-3.1 us after; without stamps, send to start
-        p50 15.7, 19.3, 17.8 and 16.1 us before against 14.6, 17.3, 17.5 and 15.6 after. The
+        to the decision 3.3-3.6 us before, 2.6-3.1 us after (3.9-4.6 against 3.6-3.9 at load
+        1.4-2.5); without stamps, send to start p50 15.7, 19.3, 17.8 and 16.1 us before
+        against 14.6, 17.3, 17.5 and 15.6 after at load 4.6-6, but 14.7, 15.6, 11.7 and 15.1
+        before against 14.7, 15.7, 16.9 and 15.6 after at load 1.4-2.5: about 0.5 us, below
+        what the bench can tell on this machine. The
         rest of the path (stamped, 16 us in all): the send before ``Engine.sent`` 2.4, the
         lock 0.8, leaving ``Engine.sent`` and the sender's hook 2.3, the runner between the
         two hooks 2.0, ``begin_update`` 1.6, the triggered hook's call 0.9 (each with a
