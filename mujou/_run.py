@@ -185,7 +185,10 @@ class Run:
     # put-back (``host_done`` of one update). Stamped in a script looping bench's trip, base
     # (0257045) and new alternated at load 6-7: the arrival 6.4-6.9 -> 3.8-4.6 us, the take
     # 4.6-5.0 -> 2.4-2.9, the put-back 4.1-4.5 -> 2.6-3.2; unstamped, the trip (with the
-    # caller's ``torch.full``) 95.4, 97.3, 83.3, 98.5 -> 83.9, 88.7, 74.5, 90.4 us. Where the
+    # caller's ``torch.full``) 95.4, 97.3, 83.3, 98.5 -> 83.9, 88.7, 74.5, 90.4 us, base run
+    # first in each pair; at load 1.5, in the order new, base, base, new twice, 71.8, 71.2,
+    # 64.8, 62.3 (new) against 71.8, 80.0, 62.5, 61.9 (base): the machine's drift within a
+    # minute (10 us) is larger than the cut, which a quiet machine has to tell. Where the
     # rest goes (stamped, new, load 6): the caller's ``torch.full`` 16-22, the write's checks
     # 1.9-2.5, its clone 9.6-12.3, the publish with its clock read 4.5-5.8, the arrival 3.8-4.6;
     # wait_for's checks 3.2-4.4, the thread's torch settings 2.0-2.3, the take 2.4-2.9, the
