@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
 import threading
@@ -21,7 +22,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
-from _support import Bag
+from _support import HANG_GUARD, Bag
 
 import mujou
 from mujou import Input, Net, Node, Output
@@ -673,6 +674,24 @@ def test_wait_for_virtual_advances_until_the_predicate_holds() -> None:
         assert run.read(net.tick.out).tolist() == [5.0]  # type: ignore[union-attr]
         m.add_(100)
         assert run.read(net.tick.out).tolist() == [5.0]  # type: ignore[union-attr]
+
+
+def _at_least(k: float, message: torch.Tensor) -> bool:
+    return bool(message[0] >= k)
+
+
+@pytest.mark.rule("run.wait-for")
+@pytest.mark.parametrize("virtual", [False, True], ids=["real-time", "virtual"])
+def test_wait_for_on_an_input_with_a_source_waits_for_the_sources_messages(virtual: bool) -> None:
+    """> returns (a CPU copy of) the port's latest message: an input's latest message is its
+    source's, the second wait on the same input as the first."""
+    net = TickNet(period=0.25 if virtual else 0.01)
+    timer = mujou.VirtualTimer() if virtual else None
+    with mujou.run(net, workers=1, timer=timer) as run:
+        for k in (2.0, 3.0):
+            m = run.wait_for(net.reader.x, functools.partial(_at_least, k), timeout=HANG_GUARD)
+            assert m.tolist()[0] >= k
+            assert m.device.type == "cpu"
 
 
 @pytest.mark.rule("run.wait-for")

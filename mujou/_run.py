@@ -69,7 +69,7 @@ class Run:
         # ``_port``, the port; for ``write``, the input and whether its node is in this process.
         self._checked: dict[int, _Port] = {}
         self._writable: dict[int, tuple[Input[Any], bool]] = {}
-        self._sources: dict[int, _Port] = {}  # for ``wait_for``: of each port ``_port`` keeps
+        self._sources: dict[int, tuple[_Port, _Port]] = {}  # for ``wait_for``: the port, its source
         engine.add_waker(self._wake_subscriptions)
 
     def _wake_subscriptions(self) -> None:
@@ -179,7 +179,24 @@ class Run:
     # steps of 1-4 us each. In bench (``--quick --repeats 3 --only echo-triggered``, the code
     # before and after this session's cuts one after the other, twice, load 4-7): 56.6 and
     # 69.3 us against the floor's 26.1 and 28.7 (2.17x, 2.41x); before, 56.4 and 75.0 against
-    # 27.6 and 23.5 (2.04x, 3.19x).
+    # 27.6 and 23.5 (2.04x, 3.19x). Since (issue 24), the host's three lock sections take
+    # short paths for the common case: the write's arrival (``sent_arrived``, then
+    # ``Policy.sent_to_free``), the take (``take_for_host`` with no shared batch) and the
+    # put-back (``host_done`` of one update). Stamped in a script looping bench's trip, base
+    # (0257045) and new alternated at load 6-7: the arrival 6.4-6.9 -> 3.8-4.6 us, the take
+    # 4.6-5.0 -> 2.4-2.9, the put-back 4.1-4.5 -> 2.6-3.2; unstamped, the trip (with the
+    # caller's ``torch.full``) 95.4, 97.3, 83.3, 98.5 -> 83.9, 88.7, 74.5, 90.4 us, base run
+    # first in each pair; at load 1.5, in the order new, base, base, new twice, 71.8, 71.2,
+    # 64.8, 62.3 (new) against 71.8, 80.0, 62.5, 61.9 (base): the machine's drift within a
+    # minute (10 us) is larger than the cut, which a quiet machine has to tell. Where the
+    # rest goes (stamped, new, load 6): the caller's ``torch.full`` 16-22, the write's checks
+    # 1.9-2.5, its clone 9.6-12.3, the publish with its clock read 4.5-5.8, the arrival 3.8-4.6;
+    # wait_for's checks 3.2-4.4, the thread's torch settings 2.0-2.3, the take 2.4-2.9, the
+    # runner and the echo's update (``_update``, the read and the send) 11-13, the put-back
+    # 2.6-3.2, the answer's copy 3.2-4.4, the predicate's ``item`` 2.6-3.4. The floor's trip
+    # in the same minutes, 34-39 us, holds its ``torch.full`` and two wake-ups; the torch
+    # calls alone here (full, clone, copy, item) come to 31-42: 1.0x needs a write that
+    # hands its tensor over instead of cloning it, which the snapshot rule (run.write) forbids.
 
     def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
@@ -286,17 +303,16 @@ class Run:
             self._refuse("wait_for")
         engine = self._engine
         engine.hooks.flush_warnings(stacklevel=2)
-        checked = self._port(port)
+        known = self._sources.get(id(port))
+        if known is None or known[0] is not port:
+            known = self._source_of(port)
+        checked, source = known
         if predicate is not None and not callable(predicate):  # run.call-arguments
             raise TypeError(
                 "predicate must be a callable taking the message and returning a bool, or None, "
                 f"got {type(predicate).__name__}: {shown(predicate)}"
             )
         until = None if timeout is None else engine.time() + _seconds("timeout", timeout)
-        source = self._sources.get(id(checked))
-        if source is None:  # the port whose message it waits for, kept (the net is fixed)
-            source = checked.source if isinstance(checked, Input) and checked.source else checked
-            self._sources[id(checked)] = source
         if engine.policy.error is not None:
             engine.raise_error()
         undo = None if self._processes is None else self._watch(source)
@@ -306,7 +322,8 @@ class Run:
                 # The update the host waits for may be due: run it before looking, while no
                 # worker has begun it (NOTE [ the host lends its thread ]).
                 lender.answer(hook_checked=True)
-            latest = source._peek()
+            published = source._latest  # source._peek(), inlined
+            latest = None if published is None else published[0]
             if latest is not None:
                 copy: M = cpu_copy(latest)
                 if predicate is None or predicate(copy):
@@ -317,6 +334,15 @@ class Run:
         finally:
             if undo is not None:
                 undo()
+
+    def _source_of(self, port: object) -> tuple[_Port, _Port]:
+        """``port``, checked (``_port``), and the port whose messages ``wait_for`` on it looks
+        at; kept for the next wait (the net is fixed for the run)."""
+        checked = self._port(port)
+        source = checked.source if isinstance(checked, Input) and checked.source else checked
+        known = (checked, source)
+        self._sources[id(checked)] = known
+        return known
 
     def _wait_for(
         self,

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import mujou
-from mujou._engine._arrivals import arrived, wire
+from mujou._engine._arrivals import arrived, sent_arrived, wire
 from mujou._engine._batches import EXIT, HOST, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
@@ -80,22 +80,32 @@ def connect(source: Slot, reader: Slot) -> None:
     x._source = y
 
 
-def send(policy: Policy, by: Slot, now: float, message: float) -> None:
+def send(policy: Policy, by: Slot, now: float, message: float, short: bool = False) -> None:
     """``by``'s update sends ``message`` on ``y`` under the real-time timer: what ``Output.send``
-    does (publish, then the engine's ``arrived`` with the lock held)."""
+    does (publish, then the engine's ``arrived`` with the lock held); with ``short``, the
+    arrival as ``Engine.sent`` makes it (``Policy.sent_handed``, else ``sent_arrived``)."""
     port = by.core.ports["y"]
     port._publish(torch.tensor(message), 0, None, by.last)
-    if port._wakes:
+    wakes, latest = port._wakes, port._latest
+    if not wakes:
+        return
+    if not short:
         arrived(policy, port, now, by)
+    elif latest is None or len(wakes) != 1 or not policy.sent_handed(wakes[0], latest[4], now, by):
+        sent_arrived(policy, port, now, by)
 
 
-def write(policy: Policy, slot: Slot, now: float, message: float) -> None:
-    """The host writes ``message`` on ``slot``'s input ``x`` (``run.write``)."""
+def write(policy: Policy, slot: Slot, now: float, message: float, short: bool = False) -> None:
+    """The host writes ``message`` on ``slot``'s input ``x`` (``run.write``); with ``short``,
+    the arrival as ``Lender.write_arrived`` makes it (``sent_arrived``, no sender)."""
     port = slot.core.ports["x"]
     assert isinstance(port, Input)
     port._write(torch.tensor(message), None, now)
     if port._wakes:
-        arrived(policy, port, now)
+        if short:
+            sent_arrived(policy, port, now, None)
+        else:
+            arrived(policy, port, now)
 
 
 def fresh(slot: Slot) -> bool:
@@ -261,7 +271,7 @@ class World:
                 assert isinstance(port, Output)
                 self.staged.append((port, torch.tensor(self.sent), by.last))
             else:
-                send(self.policy, by, self.now, self.sent)
+                send(self.policy, by, self.now, self.sent, short=self.rng.random() < 0.5)
 
     def commit(self) -> None:
         """Virtual timer, the instant over: the staged sends are published, then arrive, as the
@@ -512,7 +522,7 @@ class World:
             # lock, between instants).
             fed = [slot for slot in self.slots if cast(Input[Any], slot.core.ports["x"])._source is None]
             self.sent += 1.0
-            write(policy, self.rng.choice(fed), self.now, self.sent)
+            write(policy, self.rng.choice(fed), self.now, self.sent, short=self.rng.random() < 0.5)
             return True
         return False
 
@@ -629,8 +639,9 @@ def test_the_host_takes_one_update_due_now_earliest_first() -> None:
     assert policy.take_for_host(0.02) is None  # a pause, a job or the stop needs it first
 
 
+@pytest.mark.parametrize("short", [False, True], ids=["arrived", "lender"])
 @pytest.mark.parametrize("defers", [False, True])
-def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool) -> None:
+def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool, short: bool) -> None:
     """NOTE [ writes that wake no worker ]: the arrival of a host write leaves the parked
     worker parked while ``host_defers``; a node's send wakes it either way."""
     slots = [triggered_slot(0, math.inf), triggered_slot(1, math.inf)]
@@ -639,7 +650,7 @@ def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool) -> Non
     policy = started_policy(slots, 1)
     assert policy.next_for_worker(0, 0.0, 0.0) == (PARK, None)
     policy.host_defers = defers
-    write(policy, slots[0], 0.0, 1.0)
+    write(policy, slots[0], 0.0, 1.0, short)
     assert policy.queue.dues == [0.0]
     assert policy.wake_worker == (-1 if defers else 0)
     policy.delivered()
@@ -652,6 +663,27 @@ def test_a_host_write_wakes_no_worker_while_the_host_defers(defers: bool) -> Non
     assert policy.wake_worker == (0 if defers else -1)
     policy.host_done()
     assert not check(policy)
+
+
+@pytest.mark.rule("trigger.coalesce")
+@pytest.mark.parametrize("short", [False, True], ids=["arrived", "lender"])
+def test_a_write_while_the_host_runs_the_node_makes_it_due_when_the_host_is_done(short: bool) -> None:
+    """``host_done``'s short path decides an arrival that came while the host's thread ran the
+    node (``Slot.arrived``), as ``_put_back`` does: the node is due at that arrival's time."""
+    slots = [triggered_slot(0, math.inf)]
+    wire(slots)
+    policy = started_policy(slots, 1)
+    policy.host_defers = True
+    write(policy, slots[0], 0.001, 1.0, short)
+    batch = policy.take_for_host(0.001)
+    assert batch is not None and batch.todo == [0] and policy.queue.dues == []
+    begin_update(slots[batch.todo.pop()], 0.001, False)
+    write(policy, slots[0], 0.002, 2.0, short)  # while it runs: marked, decided when it is back
+    assert slots[0].arrived and policy.queue.dues == []
+    batch.ran.append(slots[0])
+    policy.host_done()
+    assert policy.holder[0] == 0 and policy.busy == 0 and not check(policy)
+    assert policy.queue.dues == [0.002] and slots[0].due == 0.002 and not slots[0].arrived
 
 
 def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:
@@ -796,11 +828,12 @@ def hand_off_policy(
     return policy, slots, batch
 
 
-def test_the_sending_worker_runs_what_its_send_triggered_next() -> None:
+@pytest.mark.parametrize("short", [False, True], ids=["arrived", "engine"])
+def test_the_sending_worker_runs_what_its_send_triggered_next(short: bool) -> None:
     """NOTE [ handing off ]: the update node 0 sends in triggers node 1, which the worker runs
     next, in the same batch; a pause first puts it back at its own due time."""
     policy, slots, batch = hand_off_policy(1)
-    send(policy, slots[0], 0.0102, 1.0)
+    send(policy, slots[0], 0.0102, 1.0, short)
     assert batch.todo == [1] and policy.holder[1] == 1 and policy.busy == 2
     assert not policy.wake and not batch.shared and check(policy, [(1, 0)]) == []
     batch.ran.append(slots[0])
@@ -813,14 +846,15 @@ def test_the_sending_worker_runs_what_its_send_triggered_next() -> None:
     assert kind == RUN and isinstance(taken, Batch) and taken.todo == [1] and taken.due == 0.0102
 
 
-def test_another_worker_takes_a_handed_off_node_while_the_sender_is_in_its_hook() -> None:
+@pytest.mark.parametrize("short", [False, True], ids=["arrived", "engine"])
+def test_another_worker_takes_a_handed_off_node_while_the_sender_is_in_its_hook(short: bool) -> None:
     """With two workers the batch of the hand-off is shared and the idle worker woken: if the
     sender's hook goes on (blocks), the other worker takes the node, at its own due time."""
     policy, slots, batch = hand_off_policy(2)
     kind, _ = policy.next_for_worker(1, 0.0101, 0.0)
     assert kind == SLEEP  # until node 2, at 0.05
     policy.delivered()
-    send(policy, slots[0], 0.0102, 1.0)
+    send(policy, slots[0], 0.0102, 1.0, short)
     assert batch.todo == [1] and batch.shared and policy.wake and policy.wake_worker == 1
     assert check(policy, [(1, 0)]) == []
     kind, taken = policy.next_for_worker(1, 0.0103, 0.0)
@@ -829,12 +863,13 @@ def test_another_worker_takes_a_handed_off_node_while_the_sender_is_in_its_hook(
     assert check(policy, [(1, 0)]) == []
 
 
-def test_a_handed_off_node_waits_for_what_is_due_before_it() -> None:
+@pytest.mark.parametrize("short", [False, True], ids=["arrived", "engine"])
+def test_a_handed_off_node_waits_for_what_is_due_before_it(short: bool) -> None:
     """Earliest due first across a shared batch: a node that came due before the handed-off
     one (a trigger of the host's) is taken first by the other worker, though the batch it
     is in was due earlier still."""
     policy, slots, batch = hand_off_policy(2)
-    send(policy, slots[0], 0.0102, 1.0)
+    send(policy, slots[0], 0.0102, 1.0, short)
     assert batch.todo == [1] and batch.shared
     write(policy, slots[2], 0.0101, 5.0)  # node 2, due at 0.05, is wanted at 0.0101 now
     kind, taken = policy.next_for_worker(1, 0.0103, 0.0)
@@ -844,7 +879,8 @@ def test_a_handed_off_node_waits_for_what_is_due_before_it() -> None:
 
 
 @pytest.mark.parametrize("case", ["delay", "earlier work", "host"])
-def test_a_trigger_is_queued_when_the_sender_cannot_take_it(case: str) -> None:
+@pytest.mark.parametrize("short", [False, True], ids=["arrived", "engine"])
+def test_a_trigger_is_queued_when_the_sender_cannot_take_it(short: bool, case: str) -> None:
     """With a delay, an earlier update in the queue, or the host's write, the triggered node
     goes to the queue, as it did before the hand-off."""
     policy, slots, batch = hand_off_policy(1, fed=case != "host", delay=0.005 if case == "delay" else 0.0)
@@ -855,7 +891,7 @@ def test_a_trigger_is_queued_when_the_sender_cannot_take_it(case: str) -> None:
     if case == "host":
         write(policy, slots[1], 0.0102, 1.0)
     else:
-        send(policy, slots[0], 0.0102, 1.0)
+        send(policy, slots[0], 0.0102, 1.0, short)
     if case == "delay":  # the arrival names no sender for an update due later
         assert slots[1].due == 0.0102 + 0.005
     assert batch.todo == [] and policy.holder[1] == 0
@@ -887,7 +923,8 @@ def test_a_pause_puts_back_a_held_batch(workers: int) -> None:
 
 @pytest.mark.rule("threads.earliest-due-first", "trigger.real-time")
 @pytest.mark.parametrize("workers", [1, 2])
-def test_no_hand_off_past_an_update_due_at_the_same_time(workers: int) -> None:
+@pytest.mark.parametrize("short", [False, True], ids=["arrived", "engine"])
+def test_no_hand_off_past_an_update_due_at_the_same_time(short: bool, workers: int) -> None:
     """> A free worker takes ... the update due earliest, equal due times in registration
     order; the worker that runs the sending update runs the triggered one next "when nothing
     else is due before it" — nor at the same time: node 1 (registered first) is due at 0.0102
@@ -901,7 +938,7 @@ def test_no_hand_off_past_an_update_due_at_the_same_time(workers: int) -> None:
     assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]
     begin_update(slots[batch.todo.pop()], 0.01, False)
     write(policy, slots[1], 0.0102, 1.0)
-    send(policy, slots[0], 0.0102, 2.0)
+    send(policy, slots[0], 0.0102, 2.0, short)
     assert batch.todo == [] and slots[1].due == slots[2].due == 0.0102
     batch.ran.append(slots[0])
     assert check(policy, []) == []

@@ -144,8 +144,9 @@ def arrived(policy: Policy, port: _Port, now: float, by: Slot | None = None) -> 
 def sent_arrived(policy: Policy, port: _Port, now: float, by: Slot | None) -> None:
     """A message an update sent became visible on ``port`` at ``now``, under the real-time
     timer (``by``: the sending node's, None for an update in another process,
-    ``_processes._inbox``): ``arrived``, with the short path ``Policy.sent_to_free`` for each
-    node woken through one input (``Slot.one_input``)."""
+    ``_processes._inbox``, or a host write, ``_lend.Lender.write_arrived``): ``arrived``, with
+    the short path ``Policy.sent_to_free`` for each node woken through one input
+    (``Slot.one_input``)."""
     slots = policy.slots
     for index in port._wakes:
         slot = slots[index]

@@ -258,6 +258,22 @@ class Workers:
         """
         if self.virtual or not self.running or self.jobs or self.paused or self.stopping:
             return None
+        if not self.shared:  # the common case, in short: the queue's earliest, or none
+            queue = self.queue
+            dues = queue.dues
+            if not dues or dues[0] > now:
+                return None
+            due = dues[0]
+            todo = queue.pop_all()
+            index = todo.pop()
+            if todo:  # the others stay due, in the queue
+                todo.reverse()
+                queue.push_all(due, todo)
+            self.busy += 1
+            self.holder[index] = HOST
+            batch = self.batch[self.workers]
+            batch.due, batch.todo, batch.handed = due, [index], 0
+            return batch
         for _ in range(len(self.shared) + 1):
             due, other = self._earliest()
             if due > now:
@@ -321,7 +337,27 @@ class Workers:
         """The host's thread ran (or began) the update ``take_for_host`` gave it: it goes back,
         and a worker sleeping past the next due update wakes for it, besides one woken
         already: the host asks no more, as a worker that puts its batch back does."""
-        self._put_back(self.workers, self.batch[self.workers])
+        batch = self.batch[self.workers]
+        ran = batch.ran
+        if len(ran) == 1 and not batch.todo and not batch.shared and not self.stopping:
+            # The common case, in short: its one update ran (``_put_back``'s steps for it).
+            slot = ran[0]
+            ran.clear()
+            self.holder[slot.index] = FREE
+            self.busy -= 1
+            if slot.arrived:  # an arrival while it ran: _slot.come_back, inlined
+                slot.arrived = False
+                arrival = arrivals_due(slot)
+                if arrival < slot.due:
+                    slot.due = arrival
+            self.queue.push(slot.due, slot.index)
+            if self.workers > 1 and self.queue.dues:
+                self._wake_idle(self.queue.dues[0])
+            batch.failed = False
+            if self.busy == 0:
+                self._quiet()
+        else:
+            self._put_back(self.workers, batch)
         due = self._earliest()[0]
         if due < math.inf:
             self._wake_idle(due, exact=True, another=True)

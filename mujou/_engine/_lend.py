@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from .._in_run import hooking, in_hook_thread
-from ._arrivals import arrived
+from ._arrivals import arrived, sent_arrived
 from ._batches import HOST, Batch
 from ._threads import Engine as ThreadsEngine
 from ._update import batch_runner
@@ -120,7 +120,8 @@ class Lender:
             self._pending = self.defers
             policy.host_defers = self.defers
             try:
-                arrived(policy, port, engine.clock.now())
+                # ``sent_to_free``'s short path for a free node woken through one input.
+                sent_arrived(policy, port, engine.clock.now(), None)
             finally:
                 policy.host_defers = False
             if policy.wake:

@@ -338,7 +338,11 @@ class Engine(Instants):
         kept short (NOTE [ the cost of an update ] in ``_update``)."""
         with self.lock:
             policy = self.policy
-            sent_arrived(policy, port, self.clock.now(), by)
+            now = self.clock.now()
+            wakes, latest = port._wakes, port._latest
+            # The common case first (NOTE [ the send that hands off ] in _policy).
+            if latest is None or len(wakes) != 1 or not policy.sent_handed(wakes[0], latest[4], now, by):
+                sent_arrived(policy, port, now, by)
             if self.tracing:
                 note_flows(self.slots, port, (threading.current_thread().name, time.perf_counter()))
             if policy.wake:
