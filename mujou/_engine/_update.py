@@ -256,10 +256,10 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 # node (NOTE [ the cost of an update ]).
                 slot.hook = "on_update"
                 core.hook_thread = ident
+                reads = core.reads
                 began = _perf_counter()
                 try:
                     core.context.run(slot.update_hook, dt)
-                    reads = core.reads
                     if reads:  # ports.message-read-only, on the messages it read
                         for _, message, version in reads:
                             if message._version != version:
@@ -270,8 +270,8 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 slot.busy_seconds += busy
                 spent += busy
                 core.hook_thread = 0
-                if core.reads:
-                    core.reads.clear()
+                if reads:
+                    reads.clear()
             else:
                 before = slot.busy_seconds
                 failed = call(slot, "on_update", slot.update_hook, dt)[1]
