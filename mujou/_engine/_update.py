@@ -125,7 +125,11 @@ read 550. Each is a rule's (ports.message-read-only, ports.read-device, ports.se
 ports.only-in-own-hooks); what is left to take out in pure Python is look-ups: the output's
 slot and staged list read once, no iterator over an empty tuple of watchers, the reads list
 bound once around the hook, and no ``max()`` call in ``next_slot``'s skip path, which an
-overloaded worker takes at every update: 52.0k an update (2.7 % fewer). Compiling the ports
+overloaded worker takes at every update: 52.0k an update (2.7 % fewer; compiled, 44.3-45.2k
+against 44.7k, no change beyond the count's spread). In time it is below the noise of this
+machine: ``bench/run.py --quick --repeats 3 --only fleet-1000 --systems mujou,heap_pool``, new
+then base (load 1.7, 1.5), 11.0 us against the pool's 7.63 (1.44x), 11.1 against 7.91 (1.41x);
+alternated six times at load 2.3-2.6, medians 12.9 and 12.6 us. Compiling the ports
 with mypyc would remove their Python calls and look-ups (an estimated 4-5k), not torch's
 properties; not done (the ports are the classes users declare, so it needs
 ``allow_interpreted_subclasses`` and the whole suite run compiled).
