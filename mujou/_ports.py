@@ -107,16 +107,19 @@ class Output(_Port, Generic[M]):
             message = tensor.clone() if copy else tensor
         else:
             message = self._snapshot_off_cpu(tensor, copy, core)
-        stamp = self._slot.last  # type: ignore[union-attr]  # set for the run: send() runs in a hook
-        if core.staged is None:  # _publish, inlined: the hot path
+        slot: RunSlot = self._slot  # type: ignore[assignment]  # set for the run: send() runs in a hook
+        staged = core.staged
+        if staged is None:  # _publish, inlined: the hot path
             latest = self._latest
-            self._latest = (message, message._version, None, stamp, 1 if latest is None else latest[4] + 1)
-            for watcher in self._watchers:
-                watcher(message)
+            number = 1 if latest is None else latest[4] + 1
+            self._latest = (message, message._version, None, slot.last, number)
+            if self._watchers:
+                for watcher in self._watchers:
+                    watcher(message)
             if self._wakes:
-                self._slot.sent(self)  # type: ignore[union-attr]  # set for the run: send() runs in a hook
+                slot.sent(self)
         else:  # virtual timer: visible once the batch ends (visibility.virtual)
-            core.staged.append((self, message, message._version, None, stamp))
+            staged.append((self, message, message._version, None, slot.last))
 
     def _snapshot_off_cpu(self, tensor: torch.Tensor, copy: bool, core: PortCore) -> torch.Tensor:
         """The message of a tensor that is not on the CPU (detached): see the CUDA rules."""
@@ -264,7 +267,8 @@ class Input(_Port, Generic[M]):
         core = self._core
         if core is None or core.hook_thread != _get_ident():
             core = self._check_hook_thread("read()")
-        port = self if self._source is None else self._source
+        source = self._source
+        port = self if source is None else source
         latest = port._latest
         if latest is None:
             return None

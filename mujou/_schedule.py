@@ -12,6 +12,7 @@ from bisect import insort
 from heapq import heapify, heappop, heappush
 
 _INF = math.inf
+_ceil = math.ceil
 
 
 def due_time(slot: int, period: float) -> float:
@@ -28,7 +29,9 @@ def next_slot(slot: int, period: float, start: float) -> tuple[int, int]:
     following = slot + 1
     if following * period >= start:  # due_time, inlined: a late worker calls this per update
         return following, 0
-    first = max(following, math.ceil(start / period))
+    first = _ceil(start / period)  # an overloaded worker skips at each update: no max() call
+    if first < following:
+        first = following
     while first * period < start:  # ceil of a float quotient can land one short
         first += 1
     return first, first - following
