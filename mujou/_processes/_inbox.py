@@ -323,13 +323,15 @@ class Inbox:
             number, stamp, tensors = got
             if number <= inbound.published.get(name, 0):
                 continue  # published already, by an earlier record that found it newest
-            rest = unpacked_rest(tensors.pop()) if reader.structured else None
             inbound.published[name] = number
-            message, nest = joined(tensors, rest)
+            if reader.structured:
+                rest = unpacked_rest(tensors.pop())
+                message, nest = joined(tensors, rest)
+            else:
+                message, nest = tensors[0], None
             if self.engine.ended or self._stopped:
                 continue
-            self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
-            port = self.standins.ports[name]
+            port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
             if port._wakes:
                 woken.append(port)
 
@@ -338,12 +340,22 @@ class Inbox:
         are due at once, and the parked ``worker`` that took them is the one woken first."""
         engine = self.engine
         with engine.lock:
-            if worker is not None:
-                engine.parking.prefer(worker)
             policy = engine.policy
             now = engine.clock.now()
-            for port in woken:
-                sent_arrived(policy, port, now, None)
+            claimed = False
+            if worker is not None:
+                # One reader woken: the worker claims its update (NOTE [ claiming a received
+                # update ] in the engine's _policy) and opens its own gate; else it is the
+                # parked worker woken first.
+                wakes = woken[0]._wakes if len(woken) == 1 else ()
+                claimed = len(wakes) == 1 and policy.received_to_free(policy.slots[wakes[0]], now, worker)
+                if claimed:
+                    engine.parking.notify(worker)
+                else:
+                    engine.parking.prefer(worker)
+            if not claimed:
+                for port in woken:
+                    sent_arrived(policy, port, now, None)
             if policy.wake:
                 engine.deliver()
 
