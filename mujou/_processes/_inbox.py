@@ -116,6 +116,9 @@ figures move by 10-30 µs from run to run):
 
     base   115  136  147  136  141  130  146     median 136 µs
     new    123  146  135  140  108  126  114     median 126 µs
+    64 KiB, load 5.8-6.5:
+    base   161  155  155                          median 155 µs
+    new    144  137  159                          median 144 µs
 
 and a stamp after each step (load 3-4): from the stand-in set to the batch begun took 23-25
 µs before and 16-18 after. The worker that took the record claims the update it makes due
