@@ -3,18 +3,28 @@ itself (proc.wake-worker), and its listening gate parks like a lock."""
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import pickle
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 import torch
 from _support import HANG_GUARD
 
+import mujou
+from mujou._engine._arrivals import wire
+from mujou._engine._batches import PARK, RUN, Batch
+from mujou._engine._invariant import check
+from mujou._engine._policy import Policy
+from mujou._engine._slot import Slot
 from mujou._engine._threads import Parking
+from mujou._engine._update import begin_update
+from mujou._ports import Input
 from mujou._processes._inbox import LISTENING, Inbox
 from mujou._processes._ring import RingWriter
 from mujou._processes._wire import Pipe, Standins, _framed
@@ -174,3 +184,85 @@ def test_records_are_taken_whole_in_any_pieces() -> None:
         box.close(0.0)
         ring.close()
         reader.close()
+
+
+def triggered_slot(index: int, period: float, *, min_interval: float = 0.0) -> Slot:
+    """A node with an input ``x`` that its trigger ``on("x")`` names, as a run has it (as
+    ``tests/test_policy.py`` makes them)."""
+    x: Input[Any] = Input(optional=True)
+    core = SimpleNamespace(
+        period=period,
+        dedicated=False,
+        device=torch.device("cpu"),
+        ports={"x": x},
+        trigger=mujou.on("x"),
+        min_interval=min_interval,
+        delay=0.0,
+    )
+    node = SimpleNamespace(name=f"n{index}", on_update=lambda dt: None)
+    slot = Slot(cast(Any, node), cast(Any, core), index)
+    x._begin_run(slot)
+    return slot
+
+
+def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:
+    """A real-time policy whose nodes have started and whose timer runs."""
+    policy = Policy(slots, workers, virtual=False, scale=1.0, gil=gil)
+    for slot in slots:
+        slot.started = True
+    policy.start_timer()
+    policy.delivered()
+    return policy
+
+
+def test_the_worker_that_took_a_record_claims_the_update_it_makes_due_now_only() -> None:
+    """NOTE [ claiming a received update ]: a message from another process that parked worker
+    0 took makes the triggered node that worker's held batch, which it runs next without the
+    queue; the claim declines (and changes nothing) when another update is due first
+    (threads.earliest-due-first), when ``min_interval`` makes it due later, and with the GIL's
+    hold-back (planted: the queue's due time not compared: the claim ran the node before the
+    one due earlier; the due time not compared with now: it was claimed 5 ms early)."""
+
+    def received(slot: Slot, value: float, now: float) -> None:
+        port = slot.core.ports["x"]
+        assert isinstance(port, Input)
+        port._write(torch.tensor(value), None, now)  # as the inbox publishes the stand-in
+
+    slot = triggered_slot(0, math.inf)
+    wire([slot])
+    policy = started_policy([slot], 1)
+    received(slot, 1.0, 0.01)
+    assert policy.received_to_free(slot, 0.01, 0)
+    assert policy.holder[0] == 1 and not policy.queue.dues and check(policy) == []
+    kind, batch = policy.next_for_worker(0, 0.01, 0.0)
+    assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0] and not batch.held
+    begin_update(policy.slots[batch.todo.pop()], 0.01, False)
+    batch.ran.append(slot)
+    assert policy.next_for_worker(0, 0.011, 0.0)[0] == PARK and check(policy) == []
+
+    # Another node due before it: the general way, the earlier one first.
+    first, later = triggered_slot(0, 0.015), triggered_slot(1, math.inf)
+    wire([first, later])
+    policy = started_policy([first, later], 1)
+    received(later, 2.0, 0.02)
+    assert not policy.received_to_free(later, 0.02, 0)
+    assert later.due == math.inf and policy.holder[1] == 0 and not policy.batch[0].todo
+    assert policy.sent_to_free(later, 0.02, None)
+    kind, batch = policy.next_for_worker(0, 0.02, 0.0)
+    assert kind == RUN and isinstance(batch, Batch) and batch.todo == [1, 0]  # the next last
+
+    # Due later than now (min_interval after its last start): the general way.
+    spaced = triggered_slot(0, math.inf, min_interval=0.005)
+    wire([spaced])
+    policy = started_policy([spaced], 1)
+    spaced.last = 0.018
+    received(spaced, 3.0, 0.02)
+    assert not policy.received_to_free(spaced, 0.02, 0) and spaced.due == math.inf
+    assert policy.sent_to_free(spaced, 0.02, None) and spaced.due == 0.023
+
+    # Several workers with the GIL's hold-back: the general way.
+    shared = triggered_slot(0, math.inf)
+    wire([shared])
+    policy = started_policy([shared], 2, gil=True)
+    received(shared, 4.0, 0.03)
+    assert not policy.received_to_free(shared, 0.03, 1)

@@ -581,3 +581,50 @@ class Policy(Ending):
                 self.shared.append(batch)
             self._wake_idle(slot.due, exact=True)
         return True
+
+    def received_to_free(self, slot: Slot, now: float, w: int) -> bool:
+        """``sent_to_free`` for a message from another process that worker ``w``, waiting,
+        took (``_processes._inbox``): when the update it makes due is due at ``now`` and
+        nothing is due before it, ``w`` claims it, its next batch, held; whether it did (False:
+        nothing decided, the caller goes the general way).
+
+        NOTE [ claiming a received update ]: the worker that read the record is the one the
+        update should run on (no hand-off to another thread); pushing the node on the queue,
+        the wake logic and ``next_for_worker``'s search of the queue only to take it back
+        cost that worker about 10 µs of cold Python per message. A held batch is what
+        ``next_for_worker`` runs first, when it is still first and no job, pause or stop
+        needs the worker (``_wait_held``): the rules of a queued node hold. With the GIL's
+        hold-back (several workers) the general way decides.
+        """
+        index = slot.index
+        batch = self.batch[w] if 0 <= w < self.workers else None
+        if batch is None or batch.held or batch.todo or batch.ran or batch.shared:
+            return False
+        if not slot.one_input or self.gil is not None:
+            return False
+        if self.virtual or self.holder[index] != FREE or slot.due != math.inf or slot.stopped:
+            return False
+        if self.stopping or not self.running or self.paused or self.jobs:
+            return False
+        port = slot.trigger_inputs[0]
+        source = port._source
+        latest = (port if source is None else source)._latest
+        seen = port._seen
+        if latest is None or latest[4] == seen or slot.arrival_numbers[0] > seen:
+            return False
+        last = slot.last  # as sent_to_free: due at once unless a delay or min_interval says later
+        due = (now if now > last else last) + slot.delay
+        earliest = last + slot.min_interval
+        if earliest > due:
+            due = earliest
+        dues = self.queue.dues
+        if due > now or (dues and dues[0] <= due) or (self.shared and self._earliest()[0] <= due):
+            return False
+        slot.arrival_times[0] = now  # arrive's note
+        slot.arrival_numbers[0] = latest[4]
+        slot.due = due
+        self.holder[index] = w + 1
+        self.busy += 1
+        batch.due, batch.todo, batch.handed, batch.mixed, batch.held = due, [index], 0, False, True
+        self.until[w] = -math.inf  # not idle: no wake-up is aimed at it
+        return True

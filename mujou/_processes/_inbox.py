@@ -109,6 +109,42 @@ it takes now: what would remove most of it is the worker that takes a record cla
 update it triggers directly (its own batch, held, without the queue, ``_wake_idle`` and
 ``next_for_worker``: about 20 µs of the above), and a compiled record path (the write, the
 read and the publish: each step's Python, not its memory, is the cost).
+
+Then (issue 24, helper proc3). Send to read, 256 B, base 0257045 and new alternated, each
+pair in the same half minute, p50 of one 3 s run each, load 5-7 (another helper's work: the
+figures move by 10-30 µs from run to run):
+
+    base   115  136  147  136  141  130  146     median 136 µs
+    new    123  146  135  140  108  126  114     median 126 µs
+    64 KiB, load 5.8-6.5:
+    base   161  155  155                          median 155 µs
+    new    144  137  159                          median 144 µs
+
+and a stamp after each step (load 3-4): from the stand-in set to the batch begun took 23-25
+µs before and 16-18 after. The worker that took the record claims the update it makes due
+now as its own held batch (``Policy.received_to_free``, NOTE [ claiming a received update ]):
+no queue push, no wake logic, no search of the queue in ``next_for_worker``. The sender's
+watcher writes a bare CPU tensor without ``split`` and its pipe checks what it owes inline
+(about 1 µs, inside the noise). ``bench/run.py --quick --repeats 2 --only
+cross-process-256B,cross-process-64KiB``, alternated twice at load 6-8: base 2.11x and
+2.11x (256 B), 1.65x and 1.89x (64 KiB); new 2.56x and 1.67x, 1.37x and 2.01x: the target
+(1.5x) is not met, and these runs cannot tell the two apart.
+
+What the wake-up costs, and why: from the os.write to the worker awake took 30-40 µs at load
+3-6, against 13-14 µs when the sender yields its CPU just after the write (os.sched_yield,
+tried and not kept; read in 118-121 µs against 133-147 in the same minutes). A write to a
+pipe wakes its reader as a *sync* wake-up (``wake_up_interruptible_sync_poll``, passed on by
+epoll), which lets the kernel put the woken thread on the writer's CPU when the writer is the
+only task there and the reader's own CPU is busy, expecting the writer to sleep at once (our
+reading of the scheduler's code, which the yield's figures bear out). The floor's
+sender does; Mujou's goes on with the rest of its update, the worker's loop and its wait,
+15-25 µs of Python, while the reader waits for that CPU. A yield would hand the sender's CPU
+to any other runnable task for up to a slice (EEVDF moves the yielder's deadline one slice
+on): a late sender on a busy machine, so it is not in. What would remove the wait: a wake-up
+that is not sync, an eventfd per pair of processes (``eventfd_write`` wakes plainly), written
+after the record, registered in the epolls instead of the pipe (the pipe read without
+blocking after the eventfd is read back, and watched by the thread for its end only); and the
+Python of the host's steps, now about 50 µs run cold, compiled.
 """
 
 from __future__ import annotations
@@ -323,13 +359,15 @@ class Inbox:
             number, stamp, tensors = got
             if number <= inbound.published.get(name, 0):
                 continue  # published already, by an earlier record that found it newest
-            rest = unpacked_rest(tensors.pop()) if reader.structured else None
             inbound.published[name] = number
-            message, nest = joined(tensors, rest)
+            if reader.structured:
+                rest = unpacked_rest(tensors.pop())
+                message, nest = joined(tensors, rest)
+            else:
+                message, nest = tensors[0], None
             if self.engine.ended or self._stopped:
                 continue
-            self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
-            port = self.standins.ports[name]
+            port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
             if port._wakes:
                 woken.append(port)
 
@@ -338,12 +376,22 @@ class Inbox:
         are due at once, and the parked ``worker`` that took them is the one woken first."""
         engine = self.engine
         with engine.lock:
-            if worker is not None:
-                engine.parking.prefer(worker)
             policy = engine.policy
             now = engine.clock.now()
-            for port in woken:
-                sent_arrived(policy, port, now, None)
+            claimed = False
+            if worker is not None:
+                # One reader woken: the worker claims its update (NOTE [ claiming a received
+                # update ] in the engine's _policy) and opens its own gate; else it is the
+                # parked worker woken first.
+                wakes = woken[0]._wakes if len(woken) == 1 else ()
+                claimed = len(wakes) == 1 and policy.received_to_free(policy.slots[wakes[0]], now, worker)
+                if claimed:
+                    engine.parking.notify(worker)
+                else:
+                    engine.parking.prefer(worker)
+            if not claimed:
+                for port in woken:
+                    sent_arrived(policy, port, now, None)
             if policy.wake:
                 engine.deliver()
 

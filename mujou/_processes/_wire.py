@@ -53,6 +53,7 @@ NO_HOLDER = -1  # the engine's holder of a thread that holds no node (Engine.cra
 _FLUSH_LOOK_MS = 100  # how often a pipe's flusher looks whether it still owes anything
 # Records that do not wait for a full pipe: where a pipe's end can be made non-blocking.
 _NONBLOCKING = os.name == "posix" and hasattr(select, "PIPE_BUF")
+_PIPE_BUF = getattr(select, "PIPE_BUF", 512)  # bytes a pipe writes all or nothing (POSIX's least: 512)
 
 
 def make_standin(name: str) -> Output[Any]:
@@ -118,8 +119,9 @@ class Standins:
 
     def publish(
         self, engine: Engine | None, name: str, message: Any, nest: Nest | None, *, stamp: float, number: int
-    ) -> None:
-        """Make ``message`` the latest of stand-in ``name``; wake its triggered readers."""
+    ) -> Output[Any]:
+        """Make ``message`` the latest of stand-in ``name``; wake its triggered readers (with
+        ``engine``; else the caller does, ``_inbox``). Returns the stand-in."""
         port = self.ports[name]
         before = self._sent.get(name)
         self._sent[name] = number
@@ -131,6 +133,7 @@ class Standins:
             watcher(message)
         if engine is not None and port._wakes:
             engine.arrived(port)
+        return port
 
     def restart_numbers(self) -> None:
         """A restore or a start: the next message from each sender counts one."""
@@ -189,12 +192,18 @@ class Forwarders:
 
         def send(message: Any) -> None:
             nonlocal room
-            _, tensors, rest, stamp, number = split(port, name)
-            if rest is not None:
-                leaf = packed_rest(rest, room)
-                room = leaf.numel()
-                tensors.append(leaf)
-            announce = ring.write(tensors, stamp, number, structured=rest is not None)
+            latest = port._latest
+            assert latest is not None
+            tensor = latest[0]
+            if latest[2] is None and tensor.is_cpu:  # a bare CPU tensor: split's hot path, inline
+                announce = ring.write([tensor], latest[3], latest[4])
+            else:
+                _, tensors, rest, stamp, number = split(port, name)
+                if rest is not None:
+                    leaf = packed_rest(rest, room)
+                    room = leaf.numel()
+                    tensors.append(leaf)
+                announce = ring.write(tensors, stamp, number, structured=rest is not None)
             for pipe in pipes:  # each pickles its own announcement: a reader fetches it once
                 pipe.send(name, record, announce)
 
@@ -250,7 +259,11 @@ class Pipe:
                         self.connection.send_bytes(self._announcement(name, announce))
                     self.connection.send_bytes(record[_FRAME.size :])
                     return
-                if announce is None and not self._owes() and len(record) <= select.PIPE_BUF:
+                if (
+                    announce is None
+                    and not (self._announces or self._owed or self._partial is not None)  # _owes()
+                    and len(record) <= _PIPE_BUF
+                ):
                     try:  # nothing owed before it: the record goes at once (the hot path)
                         os.write(self._fd, record)  # at most PIPE_BUF bytes: all or nothing
                         return
