@@ -322,15 +322,17 @@ class Incoming:
         ``room``) and, for a message, what it carries; None for any other kind."""
         name, memory = self._name, self._memory
         again, views = self._again, self._views
-        if again is not None and views is not None:  # the hot path: the last message's layout
-            end, head, tail = again
-            if memory[_MAC:_STAMP_AT] == head and memory[_STAMP_END:end] == tail:
-                mac = self._sign.copy()
-                mac.update(memory[_MAC:end])
-                if not hmac.compare_digest(mac.digest(), memory[:_MAC]):
-                    raise ValueError(
-                        f"a message on {name!r} is not signed with the run's key: it was not sent by the run"
-                    )
+        # The hot path: the last message's length, kind and room (as the length alone is read
+        # before the signature below), then the signature, then the rest of its layout.
+        if again is not None and views is not None and memory[_MAC:_STAMP_AT] == again[1]:
+            end = again[0]
+            mac = self._sign.copy()
+            mac.update(memory[_MAC:end])
+            if not hmac.compare_digest(mac.digest(), memory[:_MAC]):
+                raise ValueError(
+                    f"a message on {name!r} is not signed with the run's key: it was not sent by the run"
+                )
+            if memory[_STAMP_END:end] == again[2]:
                 stamp, number = _STAMP.unpack_from(memory, _STAMP_AT)
                 return name, views, None, stamp, number
         total = len(memory)
