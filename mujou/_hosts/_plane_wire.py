@@ -19,6 +19,24 @@ tensor, checked against the signed dtypes and shapes.
 The kinds: a message (``MESSAGE``), the announcement of more room for the next message
 (``GROW``, no tensor), and the end of the channel (``BYE``). Each says how many bytes the
 receiver's next receive is to take (``room``).
+
+NOTE [ the hot path of a channel ]
+Most channels carry a bare tensor of one dtype and shape, message after message. For such a
+message the sender writes only the stamp, the number, the signature and the tensor's bytes
+(``Outgoing.encode_again``), and the receiver compares the signed header, but its stamp and
+number, with the last one's and reads only those two (``Incoming.read``); the signature is
+checked on every message all the same. Measured (2026-12-03, load 4-6 on 2 cores, min of 15
+warm loops): the sender's path from the watcher to Gloo's send 7.1 to 5.2-5.6 µs at 256 B,
+the read 1.2-2.5 to 0.9-1.9 µs. In the hand-off itself (``bench/mujou_hosts.py``, send to
+read p50, base and new alternated, 3 s each, load 3.5-6.6), the gain was below the noise: at
+256 B base 184-240 µs, new 179-265 µs, the bare Gloo reference 116-118 µs; at 64 KiB base
+198-283 µs, new 159-260 µs, the reference 120-142 µs. The live split
+at 256 B (load 2-5, p50 per step): stamp to the watcher 7 µs; the watcher to Gloo's send
+24 µs; Gloo's send call 56-69 µs (the reference pays it too); read 10-13 µs; join and
+publish 10-11 µs; publish to the node's update 22-28 µs, the engine's path
+(``_engine._lend.Lender.received``: the arrival, ``take_for_host``, the batch runner,
+``host_done``), over half of what the receiving side adds to the reference, and most of it
+beyond this module.
 """
 
 from __future__ import annotations
