@@ -108,6 +108,7 @@ class Work:
     """A fake Gloo send: it completes when the test says."""
 
     def __init__(self, payload: torch.Tensor) -> None:
+        self.payload = payload.clone()  # the channel writes its buffer again after the send completed
         self.header = wire.Incoming("out", wire.signer(KEY))
         crossing = received(self.header, payload, payload.numel())
         self.number = None if crossing is None else crossing[4]
@@ -204,3 +205,48 @@ def test_an_output_read_only_on_other_hosts_is_not_copied_into_a_ring_under_the_
         assert [name for name, port in (("y", node.y), ("z", node.z)) if port._watchers] == watched
         forwarders.remove()
         assert not node.y._watchers and not node.z._watchers
+
+
+@pytest.mark.rule("hosts.data-plane")
+def test_a_bare_tensor_of_the_last_layout_is_sent_and_read_again_whole() -> None:
+    """The hot paths of both ends (``Outgoing.encode_again``, ``Incoming.read`` of the last
+    layout): each message of a channel, read in turn by one reader, is the tensor sent."""
+    base = torch.arange(12, dtype=torch.float32)
+    complex_ = torch.arange(6, dtype=torch.float32) * (1 + 2j)
+    messages = [
+        base.reshape(3, 4),
+        base.reshape(3, 4) * 2,  # the same layout, other values
+        base.reshape(4, 3),  # the same size, another shape
+        base.reshape(4, 3).to(torch.int32),  # the same size and shape, another dtype
+        base.reshape(3, 4).t().to(torch.int32),  # the same again, not contiguous
+        base.reshape(4, 3).to(torch.int32) + 5,
+        complex_,
+        complex_.conj(),  # the same layout, a conjugate view
+        complex_.imag,
+        complex_[1:2].imag,
+        complex_[1:2].conj().imag,  # the same layout, a negative view (contiguous: one element)
+        complex_[1:2].imag,
+    ]
+    outbox = _Outbox(Channel("out", writer=0, reader=1, tag=3), KEY)
+    group = Group()
+    outbox.connected(group)
+    reader = wire.Incoming("out", wire.signer(KEY))
+    for number, message in enumerate(messages):
+        outbox.put(crossing_of(message, stamp=number / 4, number=number))
+        (work,) = group.sends[number:]
+        crossing = received(reader, work.payload, work.payload.numel())
+        assert crossing is not None
+        _, (tensor,), rest, stamp, got = crossing
+        assert (rest, stamp, got) == (None, number / 4, number)
+        expected = message.resolve_conj().resolve_neg()
+        assert tensor.dtype == expected.dtype and tensor.shape == expected.shape, number
+        assert torch.equal(tensor, expected), number
+        with outbox._condition:  # the send completed, as the sender thread sees it
+            outbox._work = []
+    # A message of the last layout whose signed header was changed is refused, as any other.
+    outbox.put(crossing_of(complex_[1:2].imag, stamp=9.0, number=99))
+    tampered = group.sends[-1].payload.clone()
+    tampered[wire._STAMP_AT] ^= 1  # a byte of the stamp
+    with pytest.raises(ValueError, match=r"^a message on 'out' is not signed with the run's key"):
+        received(reader, tampered, tampered.numel())
+    outbox.close()

@@ -205,7 +205,7 @@ class Plane:
         group, member = self._group, self.member
         engine, lender = member.engine, member.engine.lender
         name, writer, tag = channel.output, channel.writer, channel.tag
-        standin = member.standins.ports[name]
+        standin, publish = member.standins.ports[name], member.standins.publish
         incoming = Incoming(name, signer(self.part.key))
         work = group.recv([incoming.buffer(ROOM)], writer, tag)
         while True:
@@ -215,8 +215,8 @@ class Plane:
                 return
             if crossing is not None and not (self._closing.is_set() or engine.ended):
                 _, tensors, rest, stamp, number = crossing
-                message, nest = joined(tensors, rest)
-                member.standins.publish(None, name, message, nest, stamp=stamp, number=number)
+                message, nest = (tensors[0], None) if rest is None else joined(tensors, rest)
+                publish(None, name, message, nest, stamp=stamp, number=number)
                 if standin._wakes:
                     if lender is None:
                         engine.arrived(standin)
@@ -321,6 +321,11 @@ class _Outbox:
         their tensors until they completed."""
         group, reader, tag = self._group, self.channel.reader, self.channel.tag
         outgoing = self._outgoing
+        _, tensors, rest, stamp, number = crossing
+        if rest is None and len(tensors) == 1:  # a bare tensor: the hot path, if of the last layout
+            again = outgoing.encode_again(tensors[0], stamp, number)
+            if again is not None:
+                return [group.send([again], reader, tag)]
         size = outgoing.layout(crossing)
         works = []
         if size > self._room:

@@ -19,6 +19,24 @@ tensor, checked against the signed dtypes and shapes.
 The kinds: a message (``MESSAGE``), the announcement of more room for the next message
 (``GROW``, no tensor), and the end of the channel (``BYE``). Each says how many bytes the
 receiver's next receive is to take (``room``).
+
+NOTE [ the hot path of a channel ]
+Most channels carry a bare tensor of one dtype and shape, message after message. For such a
+message the sender writes only the stamp, the number, the signature and the tensor's bytes
+(``Outgoing.encode_again``), and the receiver compares the signed header, but its stamp and
+number, with the last one's and reads only those two (``Incoming.read``); the signature is
+checked on every message all the same. Measured (2026-12-03, load 4-6 on 2 cores, min of 15
+warm loops): the sender's path from the watcher to Gloo's send 7.1 to 5.2-5.6 µs at 256 B,
+the read 1.2-2.5 to 0.9-1.9 µs. In the hand-off itself (``bench/mujou_hosts.py``, send to
+read p50, base and new alternated, 3 s each, load 3.5-6.6), the gain was below the noise: at
+256 B base 184-240 µs, new 179-265 µs, the bare Gloo reference 116-118 µs; at 64 KiB base
+198-283 µs, new 159-260 µs, the reference 120-142 µs. The live split
+at 256 B (load 2-5, p50 per step): stamp to the watcher 7 µs; the watcher to Gloo's send
+24 µs; Gloo's send call 56-69 µs (the reference pays it too); read 10-13 µs; join and
+publish 10-11 µs; publish to the node's update 22-28 µs, the engine's path
+(``_engine._lend.Lender.received``: the arrival, ``take_for_host``, the batch runner,
+``host_done``), over half of what the receiving side adds to the reference, and most of it
+beyond this module.
 """
 
 from __future__ import annotations
@@ -45,6 +63,9 @@ _MAC = 32  # bytes of the signature
 _FIXED = struct.Struct("<IB3xQdqII")
 _TENSOR = struct.Struct("<BB")  # a tensor's dtype (index into DTYPES) and its number of dimensions
 _EXTENT = struct.Struct("<q")
+_STAMP = struct.Struct("<dq")  # the stamp and the sender's number, in the fixed header
+_STAMP_AT = _MAC + 16  # where they are in a message: after the header's length, kind and room
+_STAMP_END = _STAMP_AT + _STAMP.size
 _LENGTH = struct.Struct("<I")  # the header's length, first in it
 # The dtypes a tensor may have, by index (the same torch on every host: hosts.refused).
 DTYPES: tuple[torch.dtype, ...] = tuple(
@@ -94,6 +115,7 @@ class Outgoing:
     once the send of the last message completed (``_plane._Outbox`` sends one at a time)."""
 
     __slots__ = (
+        "_bare",
         "_copies",
         "_count",
         "_end",
@@ -113,6 +135,7 @@ class Outgoing:
     def __init__(self, sign: Any) -> None:
         self._sign = sign
         self._key: tuple[Any, ...] | None = None  # the tensors' dtypes, layouts and shapes, the rest's length
+        self._bare: tuple[torch.dtype, torch.Size] | None = None  # the last message's, if a bare tensor
         self._tensors: list[torch.Tensor] = []
         self._rest = b""
         self._stamp = 0.0
@@ -144,8 +167,35 @@ class Outgoing:
             self._lay_out(tensors, key)
         return self.size
 
+    def encode_again(self, tensor: torch.Tensor, stamp: float, number: int) -> torch.Tensor | None:
+        """The hot path of ``layout`` and ``encode``: ``tensor``, a bare CPU tensor, as the
+        next message, if the last message was a bare tensor of its dtype and shape, already
+        encoded: then only the stamp, the number, the signature and the tensor's bytes are
+        written, and the room stays the last one's (``next_room`` gives it again for a message
+        of the same size). None otherwise, with nothing written: ``layout`` and ``encode`` then."""
+        bare = self._bare
+        if (
+            bare is None
+            or tensor.dtype is not bare[0]
+            or tensor.shape != bare[1]
+            or not tensor.is_contiguous()
+            or tensor.is_neg()
+            or tensor.is_conj()
+        ):
+            return None
+        memory = self._memory
+        _STAMP.pack_into(memory, _STAMP_AT, stamp, number)
+        mac = self._sign.copy()
+        mac.update(self._header)
+        memory[:_MAC] = mac.digest()
+        address, nbytes = self._copies[0]
+        if nbytes:
+            _memmove(address, tensor.data_ptr(), nbytes)
+        return self.buffer
+
     def _lay_out(self, flat: list[torch.Tensor], key: tuple[Any, ...]) -> None:
         """A new layout: the tensors' dtypes and shapes in the header, a buffer of its size."""
+        self._bare = None
         parts = []
         for tensor in flat:
             index = _INDEX.get(tensor.dtype)
@@ -187,9 +237,12 @@ class Outgoing:
         mac = self._sign.copy()
         mac.update(self._header)
         memory[:_MAC] = mac.digest()
-        for tensor, (address, nbytes) in zip(self._tensors, self._copies, strict=True):
+        tensors = self._tensors
+        for tensor, (address, nbytes) in zip(tensors, self._copies, strict=True):
             if nbytes:
                 _memmove(address, tensor.data_ptr(), nbytes)
+        bare = len(tensors) == 1 and not rest
+        self._bare = (tensors[0].dtype, tensors[0].shape) if bare else None
         self._tensors = []  # the message's tensors are not kept past their send
         return self.buffer
 
@@ -243,7 +296,18 @@ class Incoming:
     call costs more than the bytes of a header). Each message gets a buffer of its own, as
     readers keep its tensors."""
 
-    __slots__ = ("_buffer", "_layout", "_memory", "_name", "_shapes", "_sign", "_views", "kind", "room")
+    __slots__ = (
+        "_again",
+        "_buffer",
+        "_layout",
+        "_memory",
+        "_name",
+        "_shapes",
+        "_sign",
+        "_views",
+        "kind",
+        "room",
+    )
 
     def __init__(self, name: str, sign: Any) -> None:
         self._name = name
@@ -253,6 +317,9 @@ class Incoming:
         self._buffer = torch.empty(0, dtype=torch.uint8)
         self._memory = memoryview(b"")
         self._views: list[torch.Tensor] | None = None
+        # The last message's signed header but its stamp and number, if it carried no
+        # structure: its end, its bytes before the stamp, its bytes after the number.
+        self._again: tuple[int, bytes, bytes] | None = None
         self.kind = MESSAGE
         self.room = ROOM
 
@@ -272,6 +339,20 @@ class Incoming:
         output if it is not the run's), then read it: its kind and next room (``kind``,
         ``room``) and, for a message, what it carries; None for any other kind."""
         name, memory = self._name, self._memory
+        again, views = self._again, self._views
+        # The hot path: the last message's length, kind and room (as the length alone is read
+        # before the signature below), then the signature, then the rest of its layout.
+        if again is not None and views is not None and memory[_MAC:_STAMP_AT] == again[1]:
+            end = again[0]
+            mac = self._sign.copy()
+            mac.update(memory[_MAC:end])
+            if not hmac.compare_digest(mac.digest(), memory[:_MAC]):
+                raise ValueError(
+                    f"a message on {name!r} is not signed with the run's key: it was not sent by the run"
+                )
+            if memory[_STAMP_END:end] == again[2]:
+                stamp, number = _STAMP.unpack_from(memory, _STAMP_AT)
+                return name, views, None, stamp, number
         total = len(memory)
         if total < _MAC + _FIXED.size:
             raise ValueError(f"a message on {name!r} is shorter than its header")
@@ -286,6 +367,7 @@ class Incoming:
                 f"a message on {name!r} is not signed with the run's key: it was not sent by the run"
             )
         _, self.kind, self.room, stamp, number, count, rest_length = _FIXED.unpack_from(memory, _MAC)
+        self._again = None
         if self.kind != MESSAGE:
             return None
         # The layout read with its own length: a change in the structure's length moves the tensors.
@@ -295,6 +377,8 @@ class Incoming:
             self._read_layout(layout, count, aligned(end))
         tensors = self._views
         assert tensors is not None
+        if not rest_length:
+            self._again = (end, bytes(memory[_MAC:_STAMP_AT]), bytes(memory[_STAMP_END:end]))
         rest: Rest = pickle.loads(memory[layout_end:end]) if rest_length else None
         return name, tensors, rest, stamp, number
 
