@@ -189,3 +189,61 @@ def test_a_hosts_thread_copies_the_kept_messages_only_past_the_backlog(
                 holding.release.set()
         assert recorder.lost == 0
         assert recorder.messages == count
+
+
+class Growing(Node):
+    """Sends a small tensor and a large one in its first update; in the first update after
+    ``go`` three large ones, then holds its worker until ``release`` (bounded), so that no
+    thread of the run copies what the tap keeps meanwhile."""
+
+    out = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.large = (_recorder._DEFERRED_BYTES // 4) + 1  # float32 elements: over the bound
+        self.first = threading.Event()
+        self.go = threading.Event()
+        self.sent = threading.Event()
+        self.release = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        if not self.first.is_set():
+            self.out.send(torch.zeros(4))
+            self.out.send(torch.zeros(self.large))
+            self.first.set()
+        elif self.go.is_set() and not self.sent.is_set():
+            for i in range(3):
+                self.out.send(torch.full((self.large,), float(i)))
+            self.sent.set()
+            self.release.wait(HANG_GUARD)
+
+
+def test_a_port_whose_kept_tensor_was_large_is_copied_by_its_hook_from_then_on(tmp_path: Path) -> None:
+    """NOTE [ the recorder's tap ]: the tap keeps every tensor without looking at its size;
+    the copy that meets one over _DEFERRED_BYTES makes the port's later messages go into the
+    feed from the hook that sends them, so that large tensors are not kept alive. The one
+    worker is held in the hook after the three large sends: none is kept. Every message is
+    in the file. Planted: the copy never clears ``defers`` (it failed there; with that assert
+    taken out, the three stayed kept)."""
+    growing = Growing()
+    net = mujou.Net()
+    net.growing = growing
+    recorder = mujou.Recorder(tmp_path / "growing.mcap", compression=None)
+    with mujou.run(net, workers=1, record=recorder) as run:
+        session = run._recording
+        assert isinstance(session, _recorder.Session)
+        (channel,) = session.channels
+        try:
+            assert growing.first.wait(HANG_GUARD)
+            began = time.monotonic()
+            while session.deferred:  # the worker copies the first two when it is idle
+                assert time.monotonic() - began < HANG_GUARD, "the kept messages were not copied"
+                time.sleep(0.01)
+            assert not channel.defers
+            growing.go.set()
+            assert growing.sent.wait(HANG_GUARD)
+            assert not session.deferred
+        finally:
+            growing.release.set()
+    assert recorder.lost == 0
+    assert recorder.messages == 5

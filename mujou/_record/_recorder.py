@@ -71,12 +71,12 @@ _NO_HOLDER = -1  # Engine.crashed's holder of a thread that holds no node
 _IDLE_WAIT = 0.05  # real seconds the keyframe thread sleeps at most before it looks at the time
 _ROOM_WAIT = 0.0002  # real seconds a tap that waits for room in the feed sleeps before it looks again
 _STUCK = 60.0  # real seconds without progress after which the recorder process is taken for stuck
-# Real-time timer (NOTE [ the recorder's tap ]): a tensor message of at most _DEFERRED_BYTES is
-# kept by reference until a thread is about to wait, which copies _IDLE_CHUNK of them at a time,
-# or fewer where they took _IDLE_SECONDS (tens of µs, so an update due meanwhile waits no
-# longer; a port's first message, which registers its channel, takes a few hundred); past
-# _DEFERRED_MOST kept (at most 64 MiB of tensors kept alive, the default buffer's size) a tap
-# copies the oldest itself.
+# Real-time timer (NOTE [ the recorder's tap ]): a tensor message is kept by reference until a
+# thread is about to wait, which copies _IDLE_CHUNK of them at a time, or fewer where they took
+# _IDLE_SECONDS (tens of µs, so an update due meanwhile waits no longer; a port's first message,
+# which registers its channel, takes a few hundred); past _DEFERRED_MOST kept a tap copies the
+# oldest itself. A port whose copied message was over _DEFERRED_BYTES has its messages copied
+# at once from then on.
 _DEFERRED_BYTES = 1 << 16
 _DEFERRED_MOST = 1024
 _IDLE_CHUNK = 16
@@ -232,10 +232,12 @@ class _Channel:
     # (dtype, shape, its form in the feed: _feed.message_form of the form, its encoding's bytes
     # before the data and the data's bytes); a message like it takes the fast path of the tap.
     current: tuple[torch.dtype, torch.Size, _feed.MessageForm] | None = None
-    # Real-time timer: the Latest of each message kept by the tap and not yet copied, oldest
-    # first (NOTE [ the recorder's tap ]); its put (Session._putter), set when it is watched.
-    kept: collections.deque[Latest | None] = field(default_factory=collections.deque)
+    # Its put (Session._putter) and its tap (the port's watcher), set when it is watched.
     put: _Put | None = None
+    watcher: Callable[[Any], None] | None = None
+    # Real-time timer: whether its tap keeps its tensors; False once a copy met one over
+    # _DEFERRED_BYTES, and its tap copies at once (NOTE [ the recorder's tap ]).
+    defers: bool = True
     # Messages dropped: counted only by one thread at a time (under the real-time timer with
     # Session.copy_lock held, else where the port's messages are published: its node's hook
     # thread, or the engine's commit), so a plain int is enough.
@@ -265,15 +267,22 @@ class Session:
     to the CPU) whole, and its bytes go the same way.
 
     Under the real-time timer the copy (2-3 µs for a small tensor) is put off: the watcher of a
-    tensor of at most _DEFERRED_BYTES only keeps the port's ``Latest`` (the message, its
-    version and stamp: a message is not changed after it was sent, ports.send-snapshot and
-    ports.send-no-copy) in its channel's ``kept``, then the channel in ``deferred`` (the order
-    in which the kept messages are copied: a channel's oldest for each time it is there), a
-    fraction of a µs: two appends of objects that exist, where a tuple of them made and kept
-    cost more than both (it was tracked by the garbage collector), and no ``muted`` flag to
-    look at (muting removes the watchers). A fleet's nodes due together on one worker each
-    paid the copy before the next could start, and the last one waited for all of them (99
-    copies, about 0.3 ms, at N = 100). The copies are made:
+    tensor only appends its channel and the port's ``Latest`` (the message, its version and
+    stamp: a message is not changed after it was sent, ports.send-snapshot and
+    ports.send-no-copy) to ``deferred``, one queue for every port in the order sent, and looks
+    at no ``muted`` flag (muting removes the watchers). A fleet's nodes due together on one
+    worker each paid the copy before the next could start, and the last one waited for all of
+    them (99 copies, about 0.3 ms, at N = 100). What the tap costs is measured inside the
+    fleet's slot, not in a loop: between two sends of a port the other 99 updates (and, on a
+    busy machine, other processes) leave the tap's memory cold, so each object it reads costs
+    a cache miss. In a loop the tap cost 0.3 µs; in the slot (N = 100, load 4-8) 1.0 µs with
+    a deque per channel, ``message.nbytes`` and the closure's cells, 0.45 µs now: what it uses
+    is in its defaults (one tuple, not a cell object each), the pair goes in the one queue
+    (its end is in cache: the slot's other taps append there), and the size bound is the
+    copy's. The first copy of a tensor over _DEFERRED_BYTES clears the channel's ``defers``
+    and gives its port the tap that copies at once, as for a structured message: the large
+    tensors kept alive are at most those a port sent before its first one was copied
+    (and at most _DEFERRED_MOST messages in all). The copies are made:
     - by the first of the run's threads about to wait (a worker, a dedicated node's thread:
       the engine's ``idle`` callbacks), _IDLE_CHUNK at a time so that an update due
       meanwhile is not held back long;
@@ -290,6 +299,14 @@ class Session:
     and counted, never written changed. Under the virtual timer, and for a node in another
     process (whose messages reach the host on a thread of their own), the watcher copies each
     message at once, as before.
+
+    Where the recorded fleet's added lateness came from (N = 100, 2 s runs, load 4-8, base
+    against this tap alternated): no idle copy fell inside a slot (0 of about 1,400 calls);
+    the slot's sends took 155-191 µs more than plain's (median slot), 77-153 µs with this tap.
+    Left: in the steady run the recorded fleet makes about 2 gen0 collections in 2 s where
+    the plain one makes none (the idle path's allocations, the same before this tap), and one
+    that falls in a slot delays the rest of it; and on a busy machine the copies and the
+    recorder process add CPU, so the worker wakes later.
 
     NOTE [ the writer and the GIL ]
     The writer is a process of its own because a writer thread in the run's process runs
@@ -325,7 +342,6 @@ class Session:
         self.kept: tuple[list[_sink.Message], list[_sink.Keyframe]] | None = None  # after close
         self.kept_channels: list[tuple[int, _Channel, _encoding.Plan, dict[str, str]]] = []
         self._muted = False  # while a restore republishes the saved messages: not sent in this run
-        self.watchers: list[tuple[_Port, Callable[[Any], None]]] = []  # the taps, to mute them
         self.register_lock = threading.Lock()  # channel ids in the feed's order, as mcap numbers them
         self.next_channel = itertools.count(1)
         self.next_form = itertools.count(_feed.FIRST_FORM)
@@ -335,8 +351,8 @@ class Session:
         self.header_of = functools.partial(_header, net, nodes, engine, workers, recorder, seed=seed)
         self.header: dict[str, dict[str, str]] = {}
         self.unwatch: list[Callable[[], None]] = []
-        # The real-time tap's messages not yet copied: each one's channel, which keeps its Latest.
-        self.deferred: collections.deque[_Channel] = collections.deque()
+        # The real-time tap's messages not yet copied, oldest first: each one's channel and Latest.
+        self.deferred: collections.deque[tuple[_Channel, Latest | None]] = collections.deque()
         self.copy_lock = threading.Lock()  # one thread copies the deferred messages at a time
         # Under the virtual timer a tap waits for room instead: queue does not count there.
         waiting = sys.maxsize if self.virtual else recorder._queue
@@ -420,10 +436,9 @@ class Session:
         for channel in self.channels:
             port = channel.port
             channel.mirrored = processes is not None and processes.group_of(port.node) is not None
-            watcher = self._watcher(channel)
-            port._add_watcher(watcher)
-            self.watchers.append((port, watcher))
-            self.unwatch.append(functools.partial(port._remove_watcher, watcher))
+            channel.watcher = self._watcher(channel)
+            port._add_watcher(channel.watcher)
+            self.unwatch.append(functools.partial(self._unwatch, channel))
             if processes is not None and channel.mirrored:
                 self.unwatch.append(processes.watch(port))
         if not self.virtual:
@@ -447,18 +462,26 @@ class Session:
     def muted(self, muted: bool) -> None:
         if muted == self._muted:
             return
-        self._muted = muted
-        for port, watcher in self.watchers:
-            if muted:
-                port._remove_watcher(watcher)
-            else:
-                port._add_watcher(watcher)
+        with self.copy_lock:  # a copy may change a channel's tap (_copy_at_once)
+            self._muted = muted
+            for channel in self.channels:
+                assert channel.watcher is not None  # set before the run started
+                if muted:
+                    channel.port._remove_watcher(channel.watcher)
+                else:
+                    channel.port._add_watcher(channel.watcher)
+
+    def _unwatch(self, channel: _Channel) -> None:
+        """Stop watching ``channel``'s port."""
+        with self.copy_lock:
+            assert channel.watcher is not None  # set before the run started
+            channel.port._remove_watcher(channel.watcher)
 
     def _watcher(self, channel: _Channel) -> Callable[[Any], None]:
         """The tap of ``channel`` (NOTE [ the recorder's tap ]): under the real-time timer a
-        small tensor is kept for :meth:`copy_deferred`, any other message copied now (after
-        those kept); under the virtual timer, or for a node in another process, every message
-        is copied now."""
+        tensor is kept for :meth:`copy_deferred` (while the channel ``defers``), any other
+        message copied now (after those kept); under the virtual timer, or for a node in
+        another process, every message is copied now."""
         port = channel.port
         put = channel.put = self._putter(channel)
         if self.virtual or channel.mirrored:
@@ -472,22 +495,43 @@ class Session:
 
             return watch
 
-        deferred, tensor, copy = self.deferred, torch.Tensor, self._copy_oldest
-        keep, later, largest, most = channel.kept.append, deferred.append, _DEFERRED_BYTES, _DEFERRED_MOST
+        return self._deferring(channel) if channel.defers else self._at_once(channel)
 
-        def defer(message: Any) -> None:
-            if message.__class__ is tensor and message.nbytes <= largest:
-                keep(port._latest)  # the message, its version and stamp: before the channel
-                later(channel)  # goes in deferred, so that a copy that takes it finds it kept
-                if len(deferred) > most:
-                    copy(len(deferred) - most)
+    def _deferring(self, channel: _Channel) -> Callable[[Any], None]:
+        """The real-time tap that keeps a tensor for :meth:`copy_deferred`; any other message
+        it copies now (after those kept). What it uses is in its defaults, which the call
+        makes its locals: a closure's cells are objects of their own, which the fleet's slot
+        leaves cold (NOTE [ the recorder's tap ])."""
+        at_once, copy = self._at_once(channel), self._copy_oldest
+
+        def defer(
+            message: Any,
+            channel: _Channel = channel,
+            port: _Port = channel.port,
+            tensor: type = torch.Tensor,
+            deferred: collections.deque[tuple[_Channel, Latest | None]] = self.deferred,
+        ) -> None:
+            if message.__class__ is not tensor:
+                at_once(message)
                 return
+            deferred.append((channel, port._latest))  # the message, its version and stamp
+            if len(deferred) > _DEFERRED_MOST:
+                copy(len(deferred) - _DEFERRED_MOST)
+
+        return defer
+
+    def _at_once(self, channel: _Channel) -> Callable[[Any], None]:
+        """The real-time tap that copies each message now, after those kept."""
+        port, put, deferred = channel.port, channel.put, self.deferred
+        assert put is not None  # set by _watcher
+
+        def copy(message: Any) -> None:
             latest = port._latest
             with self.copy_lock:
                 self._copy_locked(len(deferred), None)  # the port's earlier messages first
                 put(message, latest[3] if latest is not None else 0.0, 0, None)
 
-        return defer
+        return copy
 
     def copy_deferred(self) -> bool:
         """Copy the oldest messages kept by the real-time tap into the feed (dropped and
@@ -518,15 +562,25 @@ class Session:
         for k in range(min(most, len(deferred))):
             if k and time.perf_counter() > until:
                 return
-            channel = deferred.popleft()
-            latest = channel.kept.popleft()  # kept before the channel went in deferred
+            channel, latest = deferred.popleft()
             assert latest is not None  # set before the port's watchers are called
             message = latest[0]
             if message._version != latest[1]:  # changed in place since it was sent: it is gone
                 channel.lost += 1
                 continue
+            if channel.defers and message.nbytes > _DEFERRED_BYTES:
+                self._copy_at_once(channel)
             assert channel.put is not None  # set before its port is watched
             channel.put(message, latest[3], 0, wait)
+
+    def _copy_at_once(self, channel: _Channel) -> None:
+        """Give ``channel``'s port the tap that copies at once (``copy_lock`` held)."""
+        channel.defers = False
+        old, channel.watcher = channel.watcher, self._at_once(channel)
+        if not self._muted:
+            assert old is not None  # set before the run started
+            channel.port._remove_watcher(old)
+            channel.port._add_watcher(channel.watcher)
 
     def _putter(self, channel: _Channel) -> _Put:
         """What copies a message of ``channel`` into the feed: a CPU tensor like the last
