@@ -9,18 +9,15 @@ import os
 import pickle
 import threading
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 import torch
 from _support import HANG_GUARD
 
-import mujou
 from mujou._engine._arrivals import wire
 from mujou._engine._batches import PARK, RUN, Batch
 from mujou._engine._invariant import check
-from mujou._engine._policy import Policy
 from mujou._engine._slot import Slot
 from mujou._engine._threads import Parking
 from mujou._engine._update import begin_update
@@ -28,6 +25,7 @@ from mujou._ports import Input
 from mujou._processes._inbox import LISTENING, Inbox
 from mujou._processes._ring import RingWriter
 from mujou._processes._wire import Pipe, Standins, _framed
+from tests.test_policy import started_policy, triggered_slot
 
 pytestmark = pytest.mark.skipif(not LISTENING, reason="workers wait on the pipes only on Linux")
 
@@ -184,35 +182,6 @@ def test_records_are_taken_whole_in_any_pieces() -> None:
         box.close(0.0)
         ring.close()
         reader.close()
-
-
-def triggered_slot(index: int, period: float, *, min_interval: float = 0.0) -> Slot:
-    """A node with an input ``x`` that its trigger ``on("x")`` names, as a run has it (as
-    ``tests/test_policy.py`` makes them)."""
-    x: Input[Any] = Input(optional=True)
-    core = SimpleNamespace(
-        period=period,
-        dedicated=False,
-        device=torch.device("cpu"),
-        ports={"x": x},
-        trigger=mujou.on("x"),
-        min_interval=min_interval,
-        delay=0.0,
-    )
-    node = SimpleNamespace(name=f"n{index}", on_update=lambda dt: None)
-    slot = Slot(cast(Any, node), cast(Any, core), index)
-    x._begin_run(slot)
-    return slot
-
-
-def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:
-    """A real-time policy whose nodes have started and whose timer runs."""
-    policy = Policy(slots, workers, virtual=False, scale=1.0, gil=gil)
-    for slot in slots:
-        slot.started = True
-    policy.start_timer()
-    policy.delivered()
-    return policy
 
 
 def test_the_worker_that_took_a_record_claims_the_update_it_makes_due_now_only() -> None:

@@ -118,6 +118,15 @@ def arrivals_due(slot: Slot) -> float:
     return earliest if earliest > due else due
 
 
+def due_after(slot: Slot, now: float) -> float:
+    """``arrivals_due`` of a ``Slot.one_input`` node whose one arrival since its last start
+    is at ``now``: the short paths' (``Policy.sent_to_free`` and its kin) due time."""
+    last = slot.last  # an arrival before the last start counts as it
+    due = (now if now > last else last) + slot.delay
+    earliest = last + slot.min_interval
+    return earliest if earliest > due else due
+
+
 MAX_FLOWS_IN = 256
 """The flows kept for one update at most: a node whose trigger does not hold (an on_all still
 missing an input) keeps the first ones, not one per send for as long as the run runs."""

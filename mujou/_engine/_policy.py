@@ -27,7 +27,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from ._arrivals import arrivals_due, come_back
+from ._arrivals import arrivals_due, come_back, due_after
 from ._batches import EXIT, FREE, JOB, PARK, QUEUED_JOB, RUN, SLEEP
 from ._ending import Ending
 from ._slot import RESTORE, START, STATE, STOP, Job, Slot
@@ -467,11 +467,7 @@ class Policy(Ending):
             return False
         slot.arrival_times[0] = now  # arrive's note
         slot.arrival_numbers[0] = latest[4]
-        last = slot.last  # arrivals_due: an arrival before the last start counts as it
-        due = (now if now > last else last) + slot.delay
-        earliest = last + slot.min_interval
-        if earliest > due:
-            due = earliest
+        due = due_after(slot, now)
         slot.due = due
         if due <= now and by is not None and self._hand_off(slot, by):
             return True
@@ -524,13 +520,8 @@ class Policy(Ending):
         seen = slot.trigger_inputs[0]._seen
         if number == seen or slot.arrival_numbers[0] > seen:
             return False
-        last = slot.last  # arrivals_due: an arrival before the last start counts as it
-        due = (now if now > last else last) + slot.delay
-        earliest = last + slot.min_interval
-        if earliest > due:
-            due = earliest
-        dues = self.queue.dues
-        if due > now or (dues and dues[0] <= due) or (self.shared and self._earliest()[0] <= due):
+        due = due_after(slot, now)
+        if due > now or not self._first(due):
             return False
         slot.arrival_times[0] = now  # arrive's note
         slot.arrival_numbers[0] = number
@@ -546,6 +537,12 @@ class Policy(Ending):
                 self.shared.append(batch)
             self._wake_idle(due, exact=True)
         return True
+
+    def _first(self, due: float) -> bool:
+        """Whether nothing queued or in a shared batch is due at or before ``due``: a node due
+        then may run next without breaking earliest due first."""
+        dues = self.queue.dues
+        return not (dues and dues[0] <= due) and not (self.shared and self._earliest()[0] <= due)
 
     def _hand_off(self, slot: Slot, by: Slot) -> bool:
         """Put ``slot``, free, out of the queue and due now, last in the batch of the worker
@@ -565,10 +562,7 @@ class Policy(Ending):
         if self.virtual:
             return False
         w = self.holder[by.index] - 1
-        dues = self.queue.dues  # earliest due first: the queue's, then any shared batch's
-        if not 0 <= w < self.workers or (dues and dues[0] <= slot.due):
-            return False
-        if self.shared and self._earliest()[0] <= slot.due:
+        if not 0 <= w < self.workers or not self._first(slot.due):  # earliest due first
             return False
         batch = self.batch[w]
         self.holder[slot.index] = w + 1
@@ -612,13 +606,8 @@ class Policy(Ending):
         seen = port._seen
         if latest is None or latest[4] == seen or slot.arrival_numbers[0] > seen:
             return False
-        last = slot.last  # as sent_to_free: due at once unless a delay or min_interval says later
-        due = (now if now > last else last) + slot.delay
-        earliest = last + slot.min_interval
-        if earliest > due:
-            due = earliest
-        dues = self.queue.dues
-        if due > now or (dues and dues[0] <= due) or (self.shared and self._earliest()[0] <= due):
+        due = due_after(slot, now)
+        if due > now or not self._first(due):
             return False
         slot.arrival_times[0] = now  # arrive's note
         slot.arrival_numbers[0] = latest[4]
