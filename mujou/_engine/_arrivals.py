@@ -118,6 +118,19 @@ def arrivals_due(slot: Slot) -> float:
     return earliest if earliest > due else due
 
 
+def unseen_number(slot: Slot) -> int | None:
+    """The number of the latest message on a ``Slot.one_input`` node's input, where it is one
+    the node's updates have not seen and ``arrive`` has not noted; else None."""
+    port = slot.trigger_inputs[0]
+    source = port._source
+    latest = (port if source is None else source)._latest
+    seen = port._seen
+    if latest is None or latest[4] == seen or slot.arrival_numbers[0] > seen:
+        return None
+    number: int = latest[4]
+    return number
+
+
 def due_after(slot: Slot, now: float) -> float:
     """``arrivals_due`` of a ``Slot.one_input`` node whose one arrival since its last start
     is at ``now``: the short paths' (``Policy.sent_to_free`` and its kin) due time."""

@@ -27,7 +27,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from ._arrivals import arrivals_due, come_back, due_after
+from ._arrivals import arrivals_due, come_back, due_after, unseen_number
 from ._batches import EXIT, FREE, JOB, PARK, QUEUED_JOB, RUN, SLEEP
 from ._ending import Ending
 from ._slot import RESTORE, START, STATE, STOP, Job, Slot
@@ -459,14 +459,11 @@ class Policy(Ending):
             return False
         if self.stopping or not self.running:
             return False
-        port = slot.trigger_inputs[0]
-        source = port._source
-        latest = (port if source is None else source)._latest
-        seen = port._seen
-        if latest is None or latest[4] == seen or slot.arrival_numbers[0] > seen:
+        number = unseen_number(slot)
+        if number is None:
             return False
         slot.arrival_times[0] = now  # arrive's note
-        slot.arrival_numbers[0] = latest[4]
+        slot.arrival_numbers[0] = number
         due = due_after(slot, now)
         slot.due = due
         if due <= now and by is not None and self._hand_off(slot, by):
@@ -600,17 +597,14 @@ class Policy(Ending):
             return False
         if self.stopping or not self.running or self.paused or self.jobs:
             return False
-        port = slot.trigger_inputs[0]
-        source = port._source
-        latest = (port if source is None else source)._latest
-        seen = port._seen
-        if latest is None or latest[4] == seen or slot.arrival_numbers[0] > seen:
+        number = unseen_number(slot)
+        if number is None:
             return False
         due = due_after(slot, now)
         if due > now or not self._first(due):
             return False
         slot.arrival_times[0] = now  # arrive's note
-        slot.arrival_numbers[0] = latest[4]
+        slot.arrival_numbers[0] = number
         slot.due = due
         self.holder[index] = w + 1
         self.busy += 1
