@@ -11,11 +11,17 @@ Under the virtual timer the placement changes no bit of the results: the script 
 in one process, then on two machines, and prints ``identical: True`` when the two state trees
 are the same.
 
-Run it with ``python examples/two_machines.py``.
+Run it with ``python examples/two_machines.py``. With ``--ray`` (``pip install mujou[ray]``),
+Ray places the filter instead of an agent started by hand: the script starts a Ray cluster on
+this machine (``ray.init``) and gives the filter as ``mujou.OnRay``, which asks Ray for one
+actor; on a real cluster, ``ray.init()`` joins the cluster of ``RAY_ADDRESS`` and ``num_gpus``
+or ``resources`` choose the machine.
 """
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import secrets
 import subprocess
@@ -100,16 +106,38 @@ def start_agent() -> tuple[subprocess.Popen[str], str]:
     return agent, line.split()[-1]
 
 
-def main() -> None:
+def on_agent() -> tuple[dict[str, Any], str]:
+    """The run with the filter on an agent started by hand."""
     os.environ["MUJOU_SECRET"] = secrets.token_hex(32)  # the run and its agent share it
-    alone = state(None, Loop())
     agent, address = start_agent()
     try:
         net = Loop()
-        placed = state({"second": mujou.OnHost(net.filter, address)}, net)
+        return state({"second": mujou.OnHost(net.filter, address)}, net), address
     finally:
         agent.wait(60)
-    print(f"the controller sent {placed['controller']['commands']} commands; the filter ran on {address}")
+
+
+def on_ray() -> tuple[dict[str, Any], str]:
+    """The run with the filter on a Ray actor: Ray places it, Mujou makes its secret."""
+    import ray
+
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR
+    )
+    try:
+        net = Loop()
+        return state({"second": mujou.OnRay(net.filter, num_cpus=1)}, net), "a Ray actor"
+    finally:
+        ray.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--ray", action="store_true", help="place the filter with Ray (mujou[ray])")
+    arguments = parser.parse_args()
+    alone = state(None, Loop())
+    placed, where = on_ray() if arguments.ray else on_agent()
+    print(f"the controller sent {placed['controller']['commands']} commands; the filter ran on {where}")
     difference = mujou.testing.state_difference(alone, placed)
     print(f"identical: {difference is None}")
     if difference is not None:

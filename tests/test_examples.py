@@ -21,13 +21,13 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TIMEOUT = 60  # seconds; each example takes well under 15 s on 2 cores
 
 
-def run_example(name: str, *args: str) -> str:
+def run_example(name: str, *args: str, timeout: float = TIMEOUT) -> str:
     """Run ``examples/NAME.py``; print and check its output (no failure, no warning); return it."""
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=timeout,
         check=False,
     )
     print(f"$ python examples/{' '.join([name, *args])}\n{done.stdout}{done.stderr}", end="")
