@@ -197,7 +197,7 @@ class Lender:
             raise
         self._done()
 
-    def received(self, port: _Port) -> None:
+    def received(self, port: _Port, fresh: bool | None = None) -> None:
         """Under the real-time timer, on the thread that received a message from another
         process and made it visible on ``port`` (which wakes nodes): the arrival, then the
         update due earliest run on this thread, as a host thread waiting runs it (``run_one``),
@@ -206,10 +206,13 @@ class Lender:
         thread's, the update is not due yet, more are due) wakes the workers as any arrival.
 
         A port that wakes one node tries ``claim_for_host`` first (NOTE [ the receiver
-        claims its update ] in ``_batches``): the same decision in a few lines."""
+        claims its update ] in ``_batches``): the same decision in a few lines. ``fresh``:
+        ``fresh_settings()`` of the calling thread, where the caller read it since the thread
+        last ran anything but Mujou's own code (after the last update it ran here), off the
+        path from the arrival to the update; None: read here."""
         engine = self._engine
         policy = engine.policy
-        takes = fresh_settings()
+        takes = fresh_settings() if fresh is None else fresh
         wakes = port._wakes
         with engine.lock:
             now = engine.clock.now()
