@@ -197,29 +197,39 @@ class Lender:
             raise
         self._done()
 
-    def received(self, port: _Port) -> None:
+    def received(self, port: _Port, fresh: bool | None = None) -> None:
         """Under the real-time timer, on the thread that received a message from another
         process and made it visible on ``port`` (which wakes nodes): the arrival, then the
         update due earliest run on this thread, as a host thread waiting runs it (``run_one``),
         with no worker woken for it (hosts.receiver-runs-updates). An update this thread does
         not run (another thread runs the host's update, this thread's settings are not a new
-        thread's, the update is not due yet, more are due) wakes the workers as any arrival."""
+        thread's, the update is not due yet, more are due) wakes the workers as any arrival.
+
+        A port that wakes one node tries ``claim_for_host`` first (NOTE [ the receiver
+        claims its update ] in ``_batches``): the same decision in a few lines. ``fresh``:
+        ``fresh_settings()`` of the calling thread, where the caller read it since the thread
+        last ran anything but Mujou's own code (after the last update it ran here), off the
+        path from the arrival to the update; None: read here."""
         engine = self._engine
         policy = engine.policy
-        takes = fresh_settings()
+        takes = fresh_settings() if fresh is None else fresh
+        wakes = port._wakes
         with engine.lock:
             now = engine.clock.now()
-            policy.host_defers = True  # no worker woken: this thread takes it below, or wakes one
-            try:
-                arrived(policy, port, now)
-            finally:
-                policy.host_defers = False
-            batch = policy.take_for_host(now) if takes and not self._busy else None
-            policy.wake_after_received(now, batch is not None)
-            if policy.wake:
-                engine.deliver()
+            takes = takes and not self._busy
+            batch = policy.claim_for_host(policy.slots[wakes[0]], now) if takes and len(wakes) == 1 else None
             if batch is None:
-                return
+                policy.host_defers = True  # no worker woken: this thread takes it below, or wakes one
+                try:
+                    arrived(policy, port, now)
+                finally:
+                    policy.host_defers = False
+                batch = policy.take_for_host(now) if takes else None
+                policy.wake_after_received(now, batch is not None)
+                if policy.wake:
+                    engine.deliver()
+                if batch is None:
+                    return
             self._busy = True
         self._run_taken(batch, now)
 

@@ -53,6 +53,7 @@ from typing import Any
 
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
+from .._engine._lend import fresh_settings
 from .._ports import Output
 from .._processes._member import Member
 from .._processes._wire import NO_HOLDER, Crossing, joined, split
@@ -208,6 +209,7 @@ class Plane:
         standin, publish = member.standins.ports[name], member.standins.publish
         incoming = Incoming(name, signer(self.part.key))
         work = group.recv([incoming.buffer(ROOM)], writer, tag)
+        fresh = fresh_settings()  # this thread's torch settings, read again after each update it runs
         while True:
             work.wait()
             crossing = incoming.read()
@@ -221,7 +223,8 @@ class Plane:
                     if lender is None:
                         engine.arrived(standin)
                     else:  # the update it makes due, on this thread (hosts.receiver-runs-updates)
-                        lender.received(standin)
+                        lender.received(standin, fresh)
+                        fresh = fresh_settings()
             work = group.recv([incoming.buffer(incoming.room)], writer, tag)
 
 

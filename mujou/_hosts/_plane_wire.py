@@ -36,7 +36,20 @@ at 256 B (load 2-5, p50 per step): stamp to the watcher 7 µs; the watcher to Gl
 publish 10-11 µs; publish to the node's update 22-28 µs, the engine's path
 (``_engine._lend.Lender.received``: the arrival, ``take_for_host``, the batch runner,
 ``host_done``), over half of what the receiving side adds to the reference, and most of it
-beyond this module.
+beyond this module. Since cut (2026-12-04): the receiving thread claims the update in one step
+(NOTE [ the receiver claims its update ] in ``_engine._batches``) and reads its torch settings
+after each update instead of at each arrival: from ``Lender.received`` to the hook's first
+line 39.5k instructions a message before, 27.2k after the claim (callgrind); from Gloo's recv
+returning to the hook 129 lines of Python now (59 fewer from the claim, 9 from the settings),
+against 77 on the sending side from ``Output.send`` to Gloo's send. Live split at 256 B after
+the claim (load 4-5): sent to the recv returning 127-193 µs (the reference's whole hand-off
+100-130 µs), read 9-11 µs, join and publish 10-12 µs, then to the hook's read 33-39 µs: what
+is left is mostly before the recv returns, and the batch runner's per-update path (47 of the
+129 lines). ``bench/run.py --quick --repeats 3
+--only cross-host-256B,cross-host-64KiB --systems mujou,floor``, base and new alternated
+twice (load 2.7-4.6): at 256 B base 1.64x and 2.39x, new 1.61x and 1.85x; at 64 KiB base
+1.60x and 1.45x, new 1.32x and 1.40x: on this machine the spread between runs is larger than
+the change.
 """
 
 from __future__ import annotations
