@@ -145,6 +145,37 @@ that is not sync, an eventfd per pair of processes (``eventfd_write`` wakes plai
 after the record, registered in the epolls instead of the pipe (the pipe read without
 blocking after the eventfd is read back, and watched by the thread for its end only); and the
 Python of the host's steps, now about 50 µs run cold, compiled.
+
+Then (issue 24, helper proc, 2026-12-04), counted rather than timed. Syscalls per hand-off
+(``strace -f`` over 500 hand-offs of the bench's 256 B case): the sender's worker one
+``write`` (the record) and one ``futex`` (its wait for the next period), as the floor's
+sender (one ``write``, one sleep); the host's worker one ``epoll_wait`` and one ``read``, the
+floor's reader one ``read``. One wake-up a hand-off on each side, as the floor: none to remove.
+The thread (``mujou-ports-in``) took 1-3 % of the records (``receive`` with no worker), those
+the worker was not parked for yet; they pay a second wake-up, in the tail only.
+
+Where the wake-up lands: the woken worker runs on the sender's CPU (the other one busy with
+other work at load 4-7), so it waits for what the sender does after its write (the end of its
+update and its park, about 20 µs of Python): a ``sched_yield`` after the write cut the wake
+(write to ``receive``) from 32-38 to 13-21 µs, but the sender's rest then ran inside the
+receiver's steps, and send to read did not change (108, 123 µs without; 122, 111 with). The
+eventfd per pair of processes (its write is not a sync wake-up, so the kernel need not put the
+reader on the writer's CPU), tried in a bare two-process probe (a byte or an eventfd, the
+sender going on 25-30 µs after it, epoll with ``EPOLLEXCLUSIVE`` as here, load 5-7): p50 19-49
+µs through the pipe, 32-57 µs through the eventfd, the reader on the sender's CPU 76-100 % of
+the time either way. Not built: on a busy machine the two processes share one CPU whatever
+wakes the reader, and the latency is the sum of their CPU work.
+
+That work, cumulative p50 from the stamp (load 4-5, base and new alternated): the ring
+written 21-23 µs, the record written 34-39, the worker in ``receive`` 70-79, the slot copied
+89-100, published 101-114, ``_arrived`` done 112-126, ``on_update`` 125-142; the floor's
+whole hand-off 40-58 µs in the same runs. Warm, in one process (a loop of send, ``prepare``
+and ``receive``, no wake-up): the send 4.3 µs, ``prepare`` 4.7 (off the path: before the
+worker parks), ``receive`` 4.7; run cold, after a millisecond of other processes on the core,
+the same steps take 4-6 times that. 1.5x the floor leaves about 25 µs for the Python of both
+processes where they take about 90 now: what would remove it is not a wake-up but a compiled
+path for the send (the watcher, the ring's write, the record) and for the receive through to
+the claimed update (the read, the copy, the publish, the claim), small enough to stay in cache.
 """
 
 from __future__ import annotations
@@ -302,9 +333,13 @@ class Inbox:
             if not inbound.buffer:  # the common case: whole records, one seen before
                 name = self._framed.get(chunk)
                 if name is not None and not self._stopped:
-                    names[name] = None
                     if len(chunk) < _READ:
+                        if not names:  # the read took the pipe's one record: the hot path
+                            self._publish(inbound, name, woken)
+                            return
+                        names[name] = None
                         break
+                    names[name] = None
                     continue
             data = inbound.buffer + chunk if inbound.buffer else chunk
             at, end = 0, len(data)
@@ -350,26 +385,30 @@ class Inbox:
         """Publish the newest slot of each of ``names``, unless it is out already (or its ring
         never came: its sender took the announcement's descriptor back as it ended)."""
         for name in names:
-            reader = inbound.readers.get(name)
-            if reader is None:
-                continue
-            got = reader.latest()
-            if got is None:
-                continue
-            number, stamp, tensors = got
-            if number <= inbound.published.get(name, 0):
-                continue  # published already, by an earlier record that found it newest
-            inbound.published[name] = number
-            if reader.structured:
-                rest = unpacked_rest(tensors.pop())
-                message, nest = joined(tensors, rest)
-            else:
-                message, nest = tensors[0], None
-            if self.engine.ended or self._stopped:
-                continue
-            port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
-            if port._wakes:
-                woken.append(port)
+            self._publish(inbound, name, woken)
+
+    def _publish(self, inbound: _Inbound, name: str, woken: list[_Port]) -> None:
+        """Publish the newest slot of output ``name`` (``_publish_all``, for one output)."""
+        reader = inbound.readers.get(name)
+        if reader is None:
+            return
+        got = reader.latest()
+        if got is None:
+            return
+        number, stamp, tensors = got
+        if number <= inbound.published.get(name, 0):
+            return  # published already, by an earlier record that found it newest
+        inbound.published[name] = number
+        if reader.structured:
+            rest = unpacked_rest(tensors.pop())
+            message, nest = joined(tensors, rest)
+        else:
+            message, nest = tensors[0], None
+        if self.engine.ended or self._stopped:
+            return
+        port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
+        if port._wakes:
+            woken.append(port)
 
     def _arrived(self, woken: list[_Port], worker: int | None) -> None:
         """The messages just published arrive (trigger.real-time); the readers they trigger

@@ -93,8 +93,8 @@ went from 17-20 us to 9-12 (NOTE [ the hand-off between processes ] in ``_inbox`
 
 On x86-64 the reader needs no fence instruction: its loads are not reordered with one
 another (TSO), and each of its three steps is a C call of its own, which the compiler cannot
-move; so ``_read_fence`` is a no-op there (each fence was a ctypes call on the reader's path,
-a few microseconds with cold caches). The writer's stores are kept in order by TSO too,
+move; so the reader does not fence there (``_READ_FENCED``: each fence was a ctypes call on the
+reader's path, a few microseconds with cold caches). The writer's stores are kept in order by TSO too,
 except non-temporal ones, which glibc's ``memcpy`` uses only above a threshold of at least
 0x4040 bytes: so on x86-64 the writer of a ring whose slots are smaller than 0x4000 bytes
 does not fence (``_Ring.fenced``), and a larger one does.
@@ -194,9 +194,10 @@ def _find_fence() -> tuple[Callable[[], None], str | None]:
 _fence, _NO_FENCE = _find_fence()
 # The reader's fences: none on x86-64, where loads are not reordered with other loads (TSO),
 # so the reader's three steps (done, the copy, started) stay in order without a fence; each
-# is a separate C call, which the compiler cannot move past the others. Elsewhere the fence.
+# is a separate C call, which the compiler cannot move past the others. Elsewhere the fence
+# (a flag, not a no-op function: no Python call on the reader's path where it does nothing).
 _TSO = platform.machine().lower() in {"x86_64", "amd64"}
-_read_fence: Callable[[], None] = (lambda: None) if _TSO else _fence
+_READ_FENCED = not _TSO
 # Slots smaller than this are copied with ordinary stores on x86-64 (glibc takes non-temporal
 # stores only above its threshold, 0x4040 bytes at the least), so their writer needs no
 # fence either: TSO keeps its stores in order. Larger slots keep the writer's fences.
@@ -549,7 +550,8 @@ class RingReader:
             done = words[_DONE]
             if done == 0:
                 return None
-            _read_fence()  # done before the slot's bytes
+            if _READ_FENCED:
+                _fence()  # done before the slot's bytes
             slot = done % slots
             if spare is None:
                 tensors = [_copy_out(view) for view in ring.views[slot]]
@@ -558,7 +560,8 @@ class RingReader:
                 tensors = spare
             number = words[_SLOT_WORDS + 2 * slot]
             stamp = ring.floats[_SLOT_WORDS + 2 * slot + 1]
-            _read_fence()  # the slot's bytes before started
+            if _READ_FENCED:
+                _fence()  # the slot's bytes before started
             if words[_STARTED] < done + slots:
                 if spare is not None:
                     self._spare = None  # handed out: the next copy makes its own
