@@ -164,7 +164,7 @@ def is_dead(pid: int) -> bool:
     """Whether process ``pid`` has ended (a zombie, not reaped yet, counts), without reaping it."""
     try:
         status = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped between the open and the read
         return True
     return status.rsplit(")", 1)[1].split()[0] in {"Z", "X"}
 
