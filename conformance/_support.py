@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -202,3 +203,29 @@ def checkout_environ(*, quiet: bool = False) -> dict[str, str]:
     if quiet:
         environ["PYTHONWARNINGS"] = "ignore"
     return environ
+
+
+# --- fixtures both suites' conftest.py take (imported there by name) ------------------------
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Each test runs with torch on one intra-op thread (a process-wide setting the host makes,
+    as the spec asks) and without the oversubscription warning, whatever the machine's cores
+    (``pytest.warns()`` inside a test still sees it: it resets the filters it needs)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mujou.OversubscriptionWarning)
+        yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread (_thread.interrupt_main needs a handler)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -10,39 +10,15 @@ with ``HangError``, with the stacks of all threads in its captured stderr, and p
 
 from __future__ import annotations
 
-import signal
-import warnings
 from collections.abc import Iterator
 
 import pytest
-import torch
-from _support import TEST_HANG_GUARD, hang_guard
+from _support import TEST_HANG_GUARD, hang_guard, one_torch_thread, sigint_raises
 
-import mujou
+SHARED_FIXTURES = (one_torch_thread, sigint_raises)  # pytest finds them here by name
 
 
 @pytest.fixture(autouse=True)
 def _hang_guard() -> Iterator[None]:
     with hang_guard(TEST_HANG_GUARD):
         yield
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        # pytest.warns() inside a test still sees it: it resets the filters it needs.
-        warnings.simplefilter("ignore", mujou.OversubscriptionWarning)
-        yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt in the main thread (_thread.interrupt_main needs a handler)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

@@ -74,8 +74,15 @@ class Robot(Net):
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, int]]:
     """A trace of one second of ``Robot`` under the virtual timer, and each node's updates."""
     path = tmp_path_factory.mktemp("trace") / "robot.json"
-    with hang_guard(HANG_GUARD), mujou.run(Robot(), timer=mujou.VirtualTimer(), trace=path) as run:
-        run.sleep(1.0)
+    # A module's fixture runs before conftest's per-test one that keeps torch to one thread: on
+    # a machine of many cores, torch's threads times the default workers would warn.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with hang_guard(HANG_GUARD), mujou.run(Robot(), timer=mujou.VirtualTimer(), trace=path) as run:
+            run.sleep(1.0)
+    finally:
+        torch.set_num_threads(threads)
     return path, {name: node.updates for name, node in run.stats().nodes.items()}
 
 

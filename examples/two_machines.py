@@ -135,6 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--ray", action="store_true", help="place the filter with Ray (mujou[ray])")
     arguments = parser.parse_args()
+    torch.set_num_threads(1)  # a process-wide setting, made by the host before mujou.run
     alone = state(None, Loop())
     placed, where = on_ray() if arguments.ray else on_agent()
     print(f"the controller sent {placed['controller']['commands']} commands; the filter ran on {where}")
