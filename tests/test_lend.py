@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import _thread
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ from _support import HANG_GUARD, Bag, Blocker
 
 import mujou
 from mujou import Input, Node, Output
-from mujou._engine import _update
+from mujou._engine import _lend, _update
 
 from ._compiled import skip_if_compiled
 
@@ -63,3 +65,47 @@ def test_an_error_of_mujou_on_the_lent_host_thread_stops_the_run(monkeypatch: py
         run.stop()
     assert not run.running
     assert not echo.stopped  # held in its update when Mujou failed: no more hooks, as on a worker
+
+
+class InterruptsAtThird(Node):
+    """Periodic: its third update interrupts the main thread and spins until the interrupt
+    ends it."""
+
+    def __init__(self) -> None:
+        super().__init__(period=0.01, seed=0)
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        self.count += 1
+        if self.count == 3:
+            _thread.interrupt_main()
+            for _ in range(10_000_000):  # the interrupt comes at the interpreter's next check
+                pass
+
+
+@pytest.mark.usefixtures("sigint_raises")
+def test_an_interrupted_sleep_moves_the_virtual_time_no_further(monkeypatch: pytest.MonkeyPatch) -> None:
+    """threads.host-interrupt, sched.virtual-deterministic: a KeyboardInterrupt in an update the
+    host's thread runs in run.sleep ends the sleep at that instant; no worker moves the time on
+    for the ended call. The host's thread giving the update back and leaving run.sleep are
+    made far apart here (a pause after the give-back), so that a worker that ends the instant
+    has all the time it needs to start the next one. Planted: the sleep's target kept after the
+    interrupt (``_done()`` without ``interrupted``): the time had moved on to 0.04 as the
+    sleep raised."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("interrupt_main reaches the main thread only")
+    done = _lend.Lender._done
+
+    def slow_done(self: _lend.Lender, *, interrupted: bool = False) -> None:
+        done(self, interrupted=interrupted)
+        if interrupted:
+            time.sleep(0.05)
+
+    monkeypatch.setattr(_lend.Lender, "_done", slow_done)
+    node = InterruptsAtThird()
+    with mujou.run(Bag(node=node), workers=1, timer=mujou.VirtualTimer()) as run:
+        with pytest.raises(KeyboardInterrupt):
+            run.sleep(1.0)
+        assert (node.count, run.time) == (3, pytest.approx(0.03))
+        run.sleep(0.01)
+        assert (node.count, run.time) == (4, pytest.approx(0.04))

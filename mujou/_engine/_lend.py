@@ -186,7 +186,7 @@ class Lender:
                 if not _is_grad_enabled() or _is_any_autocast_enabled():  # all it puts back
                     _put_settings_back()
         except KeyboardInterrupt:  # the host's (threads.host-interrupt): the update ends there
-            self._done()
+            self._done(interrupted=True)
             raise
         except BaseException as exc:  # Mujou's own code failed: hooks' exceptions are caught
             with engine.lock:
@@ -274,10 +274,15 @@ class Lender:
         """Whether the calling thread is the one lent to the instants now."""
         return self._instants == _get_ident()
 
-    def _done(self) -> None:
-        """Give the update back to the policy, and wake whom it asks for."""
+    def _done(self, *, interrupted: bool = False) -> None:
+        """Give the update back to the policy, and wake whom it asks for. ``interrupted``: a
+        KeyboardInterrupt ends the host's call, so under the virtual timer no thread that ends
+        the instant may start the next one for the call's sleep (``advance_until``): the time
+        would move on after the call raised."""
         engine = self._engine
         with engine.lock:
+            if interrupted:
+                engine.advance_until = None
             self._busy = False
             engine.policy.host_done()
             if engine.policy.wake:

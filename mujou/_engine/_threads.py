@@ -57,6 +57,7 @@ class Engine(UpdateEngine, Protocol):
     cpu_clocks: CpuClocks | None
     worker_busy: list[float]
     idle: list[Callable[[], bool]]
+    advance_until: float | None  # virtual timer: the host's sleep target, while it sleeps
 
     def gate_of(self, slot: Slot) -> int: ...
     def thread_exited(self) -> None: ...
