@@ -302,6 +302,8 @@ def test_cuda_without_index_stays_on_the_device_current_when_made() -> None:
 class StreamProbe(Node):
     """Records, in each hook: the hook, the current device, stream, default stream, thread."""
 
+    state_exclude = ("seen",)  # what each run's hooks saw, not state a restore puts back
+
     def __init__(self, device: str = "cuda:0", *, dedicated: bool = False) -> None:
         super().__init__(period=0.25, seed=0, device=device, dedicated_thread=dedicated)
         self.seen: list[tuple[str, int, int, int, str]] = []
@@ -382,6 +384,8 @@ def test_each_hook_runs_on_the_node_device_and_own_stream(device: str, dedicated
 
 class QueuesLate(Node):
     """Queues a slow kernel at the end of each update (or restore) and records an event after it."""
+
+    state_exclude = ("updated", "restored")  # CUDA events: not state
 
     def __init__(self, device: str = "cuda:0") -> None:
         super().__init__(period=0.25, seed=0, device=device)
@@ -502,6 +506,8 @@ def test_the_wait_is_for_the_node_stream_only() -> None:
 
 class SlowState(Node):
     """A CUDA node whose state_dict returns a tensor it writes behind a slow kernel."""
+
+    state_exclude = ("stream",)  # a CUDA stream: not state
 
     def __init__(self, *, dedicated: bool = False) -> None:
         super().__init__(period=0.25, seed=0, device="cuda:0", dedicated_thread=dedicated)
@@ -1263,7 +1269,10 @@ def test_a_cpu_node_leaves_the_current_stream_alone() -> None:
     net = Bag(gpu=gpu, cpu_sender=cpu_sender, probe=probe)
     net.connect(cpu_sender.y, probe.x)
     net.connect(gpu.z, probe.z)  # read by a CPU node only: through host memory, no copy stream
-    with mujou.run(net, workers=1, timer=vt()) as run:  # one worker: gpu, cpu_sender, probe
+    # One worker runs gpu, cpu_sender and probe. In no_grad the host's thread runs no update
+    # (threads.host-thread-settings), so all of them run on that worker, as the rule's case
+    # asks, and none on the host's thread, whose own streams each update there puts back.
+    with mujou.run(net, workers=1, timer=vt()) as run, torch.no_grad():
         run.sleep(1.0)
     assert [hook for hook, _ in probe.seen] == ["on_start"] + ["on_update"] * 4 + ["on_stop"]
     assert {stream for _, stream in probe.seen} == {gpu.stream}, (probe.seen, gpu.stream)
