@@ -32,7 +32,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -302,7 +302,7 @@ def test_cuda_without_index_stays_on_the_device_current_when_made() -> None:
 class StreamProbe(Node):
     """Records, in each hook: the hook, the current device, stream, default stream, thread."""
 
-    state_exclude = ("seen",)  # what each run's hooks saw, not state a restore puts back
+    state_exclude: ClassVar[tuple[str, ...]] = ("seen",)  # what the hooks saw, not state
 
     def __init__(self, device: str = "cuda:0", *, dedicated: bool = False) -> None:
         super().__init__(period=0.25, seed=0, device=device, dedicated_thread=dedicated)
@@ -385,7 +385,7 @@ def test_each_hook_runs_on_the_node_device_and_own_stream(device: str, dedicated
 class QueuesLate(Node):
     """Queues a slow kernel at the end of each update (or restore) and records an event after it."""
 
-    state_exclude = ("updated", "restored")  # CUDA events: not state
+    state_exclude: ClassVar[tuple[str, ...]] = ("updated", "restored")  # CUDA events: not state
 
     def __init__(self, device: str = "cuda:0") -> None:
         super().__init__(period=0.25, seed=0, device=device)
@@ -507,7 +507,7 @@ def test_the_wait_is_for_the_node_stream_only() -> None:
 class SlowState(Node):
     """A CUDA node whose state_dict returns a tensor it writes behind a slow kernel."""
 
-    state_exclude = ("stream",)  # a CUDA stream: not state
+    state_exclude: ClassVar[tuple[str, ...]] = ("stream",)  # a CUDA stream: not state
 
     def __init__(self, *, dedicated: bool = False) -> None:
         super().__init__(period=0.25, seed=0, device="cuda:0", dedicated_thread=dedicated)
