@@ -15,7 +15,8 @@ import torch
 
 import mujou
 from mujou import Net, Node
-from mujou._engine import _policy, _threads, _update
+from mujou._engine import _policy, _update
+from mujou._engine._slot import Slot
 
 from ._compiled import skip_if_compiled
 
@@ -53,19 +54,29 @@ def torch_one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def fail_on(monkeypatch: pytest.MonkeyPatch, name: str, node: str) -> RuntimeError:
-    """Make ``begin_update`` raise for ``node``'s third update (a bug in Mujou): a worker's
-    (``_update``) and a dedicated thread's (``_threads``)."""
+def fail_on(
+    monkeypatch: pytest.MonkeyPatch, node: str, *, update: int | None = 3, thread: int | None = None
+) -> RuntimeError:
+    """Make the start of ``node``'s update number ``update`` (None: any) raise, a bug in Mujou,
+    on any thread (``thread``: only on the thread of that ident): a worker's, worker 0 lent to
+    a process's command thread and a host thread all begin an update in ``_update``'s runner,
+    in place; a dedicated thread in ``_update.begin_update``. Planted in the node's
+    ``Slot.dt_sum``, which each of them reads once an update, after counting it (the
+    statistics, which no test here reads otherwise); the exception that is raised."""
     planted = RuntimeError("planted")
-    real = _update.begin_update
+    member = Slot.__dict__["dt_sum"]
 
-    def begin_update(slot: Any, start: float, traced: bool) -> float:
-        if slot.name == node and slot.updates == 2:
+    def get(slot: Slot) -> float:
+        if (
+            slot.name == node
+            and (update is None or slot.updates == update)
+            and (thread is None or threading.get_ident() == thread)
+        ):
             raise planted
-        return real(slot, start, traced)
+        value: float = member.__get__(slot, Slot)
+        return value
 
-    monkeypatch.setattr(_update, name, begin_update)
-    monkeypatch.setattr(_threads, name, begin_update)
+    monkeypatch.setattr(Slot, "dt_sum", property(get, member.__set__))
     return planted
 
 
@@ -92,9 +103,8 @@ def in_thread(call: Any) -> BaseException | None:
 def test_a_fault_on_a_hook_thread_stops_the_run(
     monkeypatch: pytest.MonkeyPatch, node: str, workers: int
 ) -> None:
-    if node != "d":  # a dedicated thread's begin_update is _threads' own
-        skip_if_compiled(_update)
-    planted = fail_on(monkeypatch, "begin_update", node)
+    skip_if_compiled(_update)  # compiled, a Slot's fields are not descriptors to plant in
+    planted = fail_on(monkeypatch, node)
     net = Three()
     run = mujou.run(net, workers=workers, timer=mujou.VirtualTimer())
     error = in_thread(lambda: run.sleep(10.0))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import _thread
 import threading
 import time
-from typing import Any
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from mujou import Input, Node, Output
 from mujou._engine import _lend, _update
 
 from ._compiled import skip_if_compiled
+from .test_engine import fail_on
 
 
 class Echo(Node):
@@ -40,15 +40,7 @@ def test_an_error_of_mujou_on_the_lent_host_thread_stops_the_run(monkeypatch: py
     the run with MujouInternalError, raised by the host's call; the node it held gets no more
     hooks (as a worker's, its state is unknown), and the stop does not wait for it."""
     skip_if_compiled(_update)
-    host = threading.get_ident()
-    begin = _update.begin_update
-
-    def failing(*args: Any) -> float:
-        if threading.get_ident() == host:
-            raise RuntimeError("planted")
-        return begin(*args)
-
-    monkeypatch.setattr(_update, "begin_update", failing)
+    fail_on(monkeypatch, "echo", update=None, thread=threading.get_ident())  # on the host's thread
     blocker, echo = Blocker(), Echo()
     run = mujou.run(Bag(blocker=blocker, echo=echo), workers=1)
     try:

@@ -21,6 +21,7 @@ from mujou import Net, Node
 from mujou._engine import Engine, HookThread, _update
 
 from ._compiled import skip_if_compiled
+from .test_engine import fail_on
 
 HANG = 30.0
 
@@ -180,15 +181,7 @@ def test_a_fault_on_the_lent_worker_stops_the_run(monkeypatch: pytest.MonkeyPatc
     """An exception in Mujou's code on the lent worker: MujouInternalError, the other nodes
     still get on_stop, and the waits return (run.internal-error)."""
     skip_if_compiled(_update)
-    planted = RuntimeError("planted")
-    real = _update.begin_update
-
-    def begin_update(slot: Any, start: float, traced: bool) -> float:
-        if slot.name == "a" and slot.updates == 2:
-            raise planted
-        return real(slot, start, traced)
-
-    monkeypatch.setattr(_update, "begin_update", begin_update)
+    planted = fail_on(monkeypatch, "a")  # its third update
     net = Mixed()
     engine, _ = run_lent(net, 1.0, state=False)
     assert engine.ended

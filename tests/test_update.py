@@ -9,17 +9,21 @@ one) takes it in order.
 from __future__ import annotations
 
 import contextvars
+import math
+import random
 import threading
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
 import torch
 
 from mujou._engine._batches import Batch
 from mujou._engine._hooks import Hooks
 from mujou._engine._policy import Policy
 from mujou._engine._slot import Slot
-from mujou._engine._update import batch_runner
+from mujou._engine._update import batch_runner, begin_update
+from mujou._stats import LATENESS_WINDOW
 
 
 class Clock:
@@ -54,6 +58,21 @@ def make_slot(index: int, period: float, ran: list[int]) -> Slot:
     return Slot(cast(Any, node), cast(Any, core), index)
 
 
+def runner_for(slots: list[Slot], workers: int, clock: Any) -> Any:
+    """``batch_runner`` of worker 0 of a run of ``slots`` on ``clock``, without threads."""
+    engine = SimpleNamespace(
+        lock=threading.Lock(),
+        policy=Policy(slots, workers, virtual=False, scale=1.0, gil=False),
+        clock=clock,
+        slots=slots,
+        hooks=Hooks(slots, None),
+        workers=workers,
+        deliver=lambda: False,
+        report=lambda *args: None,
+    )
+    return batch_runner(cast(Any, engine), 0)
+
+
 def run_batch(periods: list[float], workers: int, step: float) -> list[int]:
     """Run one batch of nodes with these periods, each due at its first slot (the first node
     registered first), each update taking ``step`` timer seconds; the nodes that ran."""
@@ -61,19 +80,9 @@ def run_batch(periods: list[float], workers: int, step: float) -> list[int]:
     slots = [make_slot(index, period, ran) for index, period in enumerate(periods)]
     for slot in slots:
         slot.due = slot.period
-    engine = SimpleNamespace(
-        lock=threading.Lock(),
-        policy=Policy(slots, workers, virtual=False, scale=1.0, gil=False),
-        clock=Clock(0.01, step),
-        slots=slots,
-        hooks=Hooks(slots, None),
-        workers=workers,
-        deliver=lambda: False,
-        report=lambda *args: None,
-    )
     batch = Batch()
     batch.due, batch.todo = slots[0].due, list(reversed(range(len(slots))))
-    batch_runner(cast(Any, engine), 0)(batch, 0.01)
+    runner_for(slots, workers, Clock(0.01, step))(batch, 0.01)
     assert [slot.index for slot in batch.ran] == ran
     return ran
 
@@ -91,3 +100,45 @@ def test_a_batch_ends_when_what_ran_is_due_first_or_another_worker_may_take_it()
     assert run_batch([0.003, 0.01, 0.01], workers=2, step=0.002) == [0]
     assert run_batch([0.003, 0.05], workers=1, step=0.002) == [0]
     assert run_batch([0.001, 0.01], workers=1, step=0.002) == [0]
+
+
+def began(slot: Slot) -> Any:
+    """What the start of an update decides: the schedule and the statistics."""
+    return (
+        slot.slot,
+        slot.due,
+        slot.skipped,
+        slot.last,
+        slot.updates,
+        slot.dt_sum,
+        slot.dt_min,
+        slot.dt_max,
+        slot.lateness_max,
+        list(slot.lateness),
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_runner_begins_an_update_as_begin_update(seed: int) -> None:
+    """The runner does ``begin_update``'s steps in place (NOTE [ the cost of an update ]): from
+    the same random state (a periodic update on time, late by less than a period or by many
+    (sched.skip), a triggered one ahead of the periodic one, the lateness ring full or not),
+    both leave the same schedule and statistics (sched.fixed-rate, observe.stats-values)."""
+    rng = random.Random(seed)
+    period = rng.choice([0.001, 0.003, 0.01, 0.1, math.inf])
+    pair = [make_slot(0, period, []) for _ in range(2)]
+    number = rng.randint(1, 40)
+    due = number * period if rng.random() < 0.6 else rng.uniform(0.0, 4.0)
+    last = rng.uniform(-1.0, 0.5)
+    done = rng.choice([0, 1, 7, LATENESS_WINDOW - 1, LATENESS_WINDOW, LATENESS_WINDOW + 5])
+    ring = [rng.random() for _ in range(min(done, LATENESS_WINDOW))]
+    start = due + rng.choice([0.0, 0.0004, 0.0021, 0.013, 1.37]) if due < math.inf else rng.uniform(0.0, 4.0)
+    for slot in pair:
+        slot.slot, slot.due, slot.last, slot.updates = number, due, last, done
+        slot.lateness.extend(ring)
+    dt = begin_update(pair[0], start, False)
+    batch = Batch()
+    batch.due, batch.todo = due, [0]
+    runner_for([pair[1]], 1, Clock(start, 0.001))(batch, start)
+    assert began(pair[1]) == began(pair[0]), (seed, period, number, due, start)
+    assert dt == start - last

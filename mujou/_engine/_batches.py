@@ -14,7 +14,7 @@ from typing import Any
 
 from .._errors import MujouInternalError
 from .._schedule import DueQueue
-from ._arrivals import arrivals_due, come_back, due_after, unseen_number
+from ._arrivals import arrivals_due, come_back
 from ._gil import HOLD_BACK, WATCH_DOUBLINGS, HoldBack
 from ._slot import Job, Slot
 
@@ -298,14 +298,62 @@ class Workers:
             return batch
         return None
 
+    def claim(self, slot: Slot, now: float, holder: int) -> bool:
+        """The short paths' one claim: ``slot`` (``Slot.one_input``, not dedicated) has a
+        message on its input that its updates have not seen and ``arrive`` has not noted;
+        when the node is free and not due, the timer runs and the run is not stopping, and
+        the update that message makes due (``due_after``) is due at ``now`` with nothing due
+        at or before it (``_first``: threads.earliest-due-first), the arrival is noted and
+        ``holder`` holds the node for that update (counted in ``busy``); whether it did
+        (False: nothing changed). The caller puts the node in the holder's batch.
+
+        ``claim_for_host`` (the receiving host thread) and ``Policy.received_to_free`` (the
+        worker that took a record) are this and a batch; ``Policy.sent_handed`` (a send on
+        a worker) is this with the sender's worker as the holder, inlined there as it runs
+        in every send (NOTE [ the send that hands off ] in ``_policy``).
+        """
+        index = slot.index
+        if self.holder[index] != FREE or slot.due != math.inf or slot.stopped:
+            return False
+        if self.stopping or not self.running or self.virtual:
+            return False
+        # unseen_number, due_after and _first, inlined: each path of a message runs them.
+        port = slot.trigger_inputs[0]
+        source = port._source
+        latest = (port if source is None else source)._latest
+        seen = port._seen
+        numbers = slot.arrival_numbers
+        if latest is None or latest[4] == seen or numbers[0] > seen:
+            return False
+        last = slot.last  # an arrival before the last start counts as it
+        due = (now if now > last else last) + slot.delay
+        earliest = last + slot.min_interval
+        if earliest > due:
+            due = earliest
+        if due > now:
+            return False
+        dues = self.queue.dues
+        if (dues and dues[0] <= due) or (self.shared and self._earliest()[0] <= due):
+            return False  # an update due first (threads.earliest-due-first)
+        slot.arrival_times[0] = now  # arrive's note
+        numbers[0] = latest[4]
+        slot.due = due
+        self.holder[index] = holder
+        self.busy += 1
+        return True
+
+    def _first(self, due: float) -> bool:
+        """Whether nothing queued or in a shared batch is due at or before ``due``: a node due
+        then may run next without breaking earliest due first."""
+        dues = self.queue.dues
+        return not (dues and dues[0] <= due) and not (self.shared and self._earliest()[0] <= due)
+
     def claim_for_host(self, slot: Slot, now: float) -> Batch | None:
         """``_arrivals.arrive``, ``arrival``, ``take_for_host`` and ``wake_after_received`` in
         one, for a message from another host that the receiving thread made visible at ``now``
-        on the input of ``slot`` (``Slot.one_input``), free and not due: when the update it
-        makes due is due at ``now`` and nothing is due at or before it, the arrival is noted
-        and the receiving thread takes that update (the host's batch, holder HOST, as
-        ``take_for_host`` gives it); None otherwise, with nothing changed (the caller goes the
-        general way).
+        on the input of ``slot`` (``Slot.one_input``): ``claim`` for the host's batch (holder
+        HOST, as ``take_for_host`` gives it) when no job or pause needs the thread first;
+        None otherwise, with nothing changed (the caller goes the general way).
 
         NOTE [ the receiver claims its update ]: the same decision as the general way's, whose
         queue push, queue search and wake checks only took back what was just decided: 60 of
@@ -313,27 +361,10 @@ class Workers:
         thread that slept (``_engine._lend.Lender.received``). Every condition of theirs that
         could make the answer differ is here; what they then wake is nothing (nothing else due).
         """
-        index = slot.index
-        if self.virtual or not self.running or self.jobs or self.paused or self.stopping:
+        if self.jobs or self.paused or not slot.one_input or not self.claim(slot, now, HOST):
             return None
-        if not slot.one_input or self.holder[index] != FREE or slot.due != math.inf or slot.stopped:
-            return None
-        number = unseen_number(slot)
-        if number is None:
-            return None
-        due = due_after(slot, now)
-        if due > now:
-            return None
-        dues = self.queue.dues
-        if (dues and dues[0] <= due) or (self.shared and self._earliest()[0] <= due):
-            return None  # an update due first: earliest due first (threads.earliest-due-first)
-        slot.arrival_times[0] = now  # arrive's note
-        slot.arrival_numbers[0] = number
-        slot.due = due
-        self.holder[index] = HOST
-        self.busy += 1
         batch = self.batch[self.workers]
-        batch.due, batch.todo, batch.handed = due, [index], 0
+        batch.due, batch.todo, batch.handed = slot.due, [slot.index], 0
         return batch
 
     def take_instant_for_host(self, now: float) -> Batch | None:

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._cpus import gil_enabled
 from .._cuda import NodeStreams
@@ -44,7 +44,7 @@ from .._timer import Timer
 from .._trace import Recorder
 from .._tree import check_tree
 from ._arrivals import arrived, note_flows, sent_arrived, wire
-from ._clock import make_clock
+from ._clock import RealClock, make_clock
 from ._collect import state_tree
 from ._exit import live
 from ._hooks import Hooks
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 HOST_POLL_REAL = 0.5
 HOST_POLL_VIRTUAL = 0.1
 _claims = threading.Lock()  # taken to claim a net's nodes for a run
+_monotonic = time.monotonic  # bound once: Engine.sent reads the clock in place
 
 
 class Engine(Instants):
@@ -79,6 +80,8 @@ class Engine(Instants):
         self.lock = threading.Lock()
         self.host = threading.Condition(self.lock)  # the host waits here
         self.clock = make_clock(timer)
+        # ``sent`` runs under the real-time timer only (a virtual send is staged): its clock.
+        self._real_clock = cast(RealClock, self.clock)
         self.virtual = self.clock.virtual
         self.slots = [Slot(node, node._mujou, i) for i, node in enumerate(nodes)]
         for slot in self.slots:
@@ -338,7 +341,9 @@ class Engine(Instants):
         kept short (NOTE [ the cost of an update ] in ``_update``)."""
         with self.lock:
             policy = self.policy
-            now = self.clock.now()
+            clock = self._real_clock  # RealClock.now, inlined
+            started = clock._start
+            now = clock._origin if started is None else clock._origin + (_monotonic() - started) * clock.scale
             wakes, latest = port._wakes, port._latest
             # The common case first (NOTE [ the send that hands off ] in _policy).
             if latest is None or len(wakes) != 1 or not policy.sent_handed(wakes[0], latest[4], now, by):

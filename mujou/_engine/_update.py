@@ -1,8 +1,10 @@
 """One update, top to bottom: what a worker does for each update of the batch it runs.
 
 ``batch_runner`` makes a worker's ``run(batch, start)``; for each update it begins the node's
-update (``begin_update``: its schedule, statistics and fresh bits), calls ``on_update`` in
-the node's context with the checks the spec asks for, and decides whether the batch goes on.
+update (``begin_update``'s steps, in place: its schedule, statistics and fresh bits), calls
+``on_update`` in the node's context with the checks the spec asks for, and decides whether
+the batch goes on, reading the clock in place. Every thread that runs worker updates runs
+this one runner: a worker, worker 0 lent to a process's command thread, a host thread.
 A node that needs more around its hook (CUDA streams, a trace, a profiler range) is called
 through ``Hooks.call``, the one place that does all of it (jobs and dedicated threads use it
 too); a plain CPU node's update is called here, with the same checks.
@@ -133,10 +135,30 @@ alternated six times at load 2.3-2.6, medians 12.9 and 12.6 us. Compiling the po
 with mypyc would remove their Python calls and look-ups (an estimated 4-5k), not torch's
 properties; not done (the ports are the classes users declare, so it needs
 ``allow_interpreted_subclasses`` and the whole suite run compiled).
+
+Then the runner took ``begin_update``'s steps in place (the call, its arguments and its return
+gone; ``next_slot``'s skip inlined, ``math.ceil`` bound once) and reads the real-time clock in
+place (``RealClock.now``'s sum, the clock's fields read once a batch), and ``Engine.sent``
+reads the clock in place too: the workers, a lent worker 0 and a host thread share this one
+runner, and a dedicated thread still calls ``begin_update``, whose steps
+``tests/test_update.py`` checks the runner's against. Counted as above (callgrind switched on
+at node 0's third update and off at its fifth, about 2,000 updates; the script
+``fleet_cg.py``, with the pool's ``pool_cg.py`` beside it, not in the repository): Mujou
+47.9k instructions an update before (ab0b577), 45.7k after; the plain pool 35.6k (1.34x, then
+1.28x; the target 1.2x is 42.7k). The send to
+the start of the update it triggers (bench's trigger-latency net with a 10 ms sender, one
+worker, callgrind on just before ``Output.send`` and off at the triggered hook's first line,
+400 sends): 107.1-107.3k before, 103.0k after, twice each (``Policy.sent_handed``'s
+inlined ``due_after`` and ``_first`` included: NOTE [ the send that hands off ] in
+``_policy``). That harness counts far more than the 29k the last session's gave for the
+same path, and a trivial Python loop put in its place runs about twice the instructions per
+iteration there (on the worker, in a run) that it runs on the main thread alone; why was not
+found: its figures are for A/B between commits only.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -146,6 +168,7 @@ import torch
 
 from .._schedule import next_slot
 from .._stats import LATENESS_WINDOW
+from ._clock import RealClock
 from ._hooks import check_reads, profiler_flags
 
 if TYPE_CHECKING:
@@ -161,6 +184,8 @@ _perf_counter = time.perf_counter
 _is_grad_enabled = torch.is_grad_enabled
 _is_inference_mode_enabled = torch.is_inference_mode_enabled
 _initial_seed = torch.default_generator.initial_seed
+_monotonic = time.monotonic
+_ceil = math.ceil
 
 
 class UpdateEngine(Protocol):
@@ -186,6 +211,8 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     (sched.fixed-rate, sched.skip); returns its dt.
 
     Called by the thread holding the node, without the lock: that thread alone touches these.
+    A dedicated thread calls it; ``batch_runner`` does the same steps in place (NOTE [ the
+    cost of an update ]), which ``tests/test_update.py`` checks against this.
     """
     period = slot.period
     was = slot.due
@@ -219,13 +246,7 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     else:
         slot.lateness[done % LATENESS_WINDOW] = lateness
     if traced:
-        flows = slot.flows_in
-        if flows:  # appended to under the lock: an arrival meanwhile stays for the next update
-            taken = flows[:]
-            del flows[: len(taken)]
-            slot.now = (start, dt, lateness, taken)
-        else:
-            slot.now = (start, dt, lateness, None)
+        _note_now(slot, start, dt, lateness)
     for port in slot.inputs:  # Input.fresh: the number of the latest message at this start
         source = port._source
         latest = (port if source is None else source)._latest
@@ -238,14 +259,28 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     return dt
 
 
+def _note_now(slot: Slot, start: float, dt: float, lateness: float) -> None:
+    """Tracing: the running update's t, dt, lateness and the flows into it (``slot.now``)."""
+    flows = slot.flows_in
+    if flows:  # appended to under the lock: an arrival meanwhile stays for the next update
+        taken = flows[:]
+        del flows[: len(taken)]
+        slot.now = (start, dt, lateness, taken)
+    else:
+        slot.now = (start, dt, lateness, None)
+
+
 def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float]:
     """Worker ``w``'s ``run(batch, start)``, with what it reads bound once (it runs per batch);
-    ``w == engine.workers``: the host's (NOTE [ the host lends its thread ] in ``_batches``)."""
+    ``w == engine.workers``: the host's (NOTE [ the host lends its thread ] in ``_batches``).
+    Every thread that runs worker updates runs them here: the workers, worker 0 lent to a
+    process's command thread (``_threads.Lent``) and a host thread (``_lend.Lender``)."""
     policy, clock, slots, hooks, lock = engine.policy, engine.clock, engine.slots, engine.hooks, engine.lock
     call = hooks.call
     host = w == engine.workers
     in_hook = policy.gil.in_hook if policy.gil is not None and not host else None
     traced, now_of = hooks.trace is not None, clock.now
+    real = clock if isinstance(clock, RealClock) else None  # read in place (RealClock.now)
     one_worker = engine.workers == 1
     inf = float("inf")
 
@@ -266,6 +301,8 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
         grad, inference = _is_grad_enabled(), _is_inference_mode_enabled()
         if _initial_seed() != hooks.seen_seed:  # reseeded since the last hook: not by this batch
             hooks.observe_seed(None)
+        # The real-time clock's fields: fixed once the timer started, as it has for any update.
+        origin, started, scale = (0.0, None, 1.0) if real is None else (real._origin, real._start, real.scale)
         while True:
             try:
                 slot = slots[todo.pop()]
@@ -273,7 +310,54 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 break
             if in_hook is not None:  # a CUDA node waits for its stream outside the GIL
                 in_hook[w] = 0.0 if slot.cuda else _perf_counter()
-            dt = begin_update(slot, start, traced)
+            # begin_update, in place (the same steps: tests/test_update checks they agree).
+            period = slot.period
+            was = slot.due
+            lateness = start - was
+            number = slot.slot
+            periodic = number * period  # the due time of its next periodic update
+            if was < periodic and start < periodic:
+                due = periodic  # a triggered update, ahead of the periodic one: that one stays due
+            else:
+                following = number + 1
+                due = following * period  # due_time(following, period), inlined
+                if due < start:  # more than a period late: skip (sched.skip), next_slot inlined
+                    first = _ceil(start / period)
+                    if first < following:
+                        first = following
+                    while first * period < start:  # ceil of a float quotient can land one short
+                        first += 1
+                    slot.skipped += first - following
+                    following = first
+                    due = first * period
+                slot.slot = following
+            slot.due = due
+            dt = start - slot.last
+            slot.last = start
+            done = slot.updates
+            slot.updates = done + 1
+            slot.dt_sum += dt
+            if dt < slot.dt_min:
+                slot.dt_min = dt
+            if dt > slot.dt_max:
+                slot.dt_max = dt
+            if lateness > slot.lateness_max:
+                slot.lateness_max = lateness
+            if done < LATENESS_WINDOW:
+                slot.lateness.append(lateness)
+            else:
+                slot.lateness[done % LATENESS_WINDOW] = lateness
+            if traced:
+                _note_now(slot, start, dt, lateness)
+            for port in slot.inputs:  # Input.fresh: the number of the latest message at this start
+                source = port._source
+                latest = (port if source is None else source)._latest
+                seen = port._seen_before = port._seen
+                number = port._seen = 0 if latest is None else latest[4]
+                if number - seen > 1:  # arrivals no update saw fresh (trigger.coalesce)
+                    replaced = number - max(seen, port._base) - 1
+                    if replaced > 0:
+                        port._coalesced += replaced
             core = slot.core
             failed: BaseException | None = None
             if core.streams is None and not traced and not profiler_flags.get("_is_profiler_enabled", False):
@@ -321,7 +405,8 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 again = slot.due
             if not todo or policy.jobs or policy.paused or policy.stopping:
                 break
-            start = now_of()
+            # The clock, read in place where it is the real-time one.
+            start = now_of() if started is None else origin + (_monotonic() - started) * scale
             # With one worker no other worker could take a node that is due again; it waits
             # only if it is due before the next of the batch (threads.earliest-due-first).
             if start >= again and (not one_worker or again <= slots[todo[-1]].due):
