@@ -16,6 +16,26 @@ the same code as another machine; it is started once per measurement, before any
 - ``tcp_lockstep``: its reference: two processes in lockstep, as the floor's pipe lockstep of
   ``tags-virtual-2p`` (``bench.baselines.floor.tags_virtual``), one small message each way per
   tag over a loopback TCP connection (``TCP_NODELAY``), the other process a spawned one.
+
+NOTE [ virtual tags across hosts: what the row compares ]
+The row "virtual tags across two hosts ≥ 0.5× a bare two-process lockstep over TCP" compares
+like with like: ``tcp_lockstep`` is two processes of this machine in lockstep over loopback
+TCP, the transport the two "hosts" use. Its 0.10-0.12× (2026-12-04) is not a cost of the
+hosts layer: the same Rally with ``pong`` in a process of this host runs as fast or slower
+(``tags_virtual_hosts`` reports both: 2,987/s over two hosts, 2,702/s over two processes,
+1.11×; another run 2,385/s and 3,030/s, 0.79×; ``tags-virtual-2p`` in the same minutes
+2,309/s against its pipe floor's 41,066/s, 0.06×; load 3.6-3.9 on 2 cores). The earlier
+0.64×/1.28× were that ratio, two hosts over two processes of one host. Counted (2026-12-04,
+/proc's context switches and CPU time of every thread of the three processes, 2-3 s of
+tags, load 2-3.5): 0.31-0.36 voluntary wake-ups a tag with the process layer's poll
+(``_processes/_spin.py``), 1.94-1.97 with ``SPIN = 0`` at the same rate (2,558-2,689/s
+against 2,713-3,007/s): the time is not in wake-ups but in CPU, 170-190 µs a tag in each
+of the two processes' lockstep threads, spent one after the other (the wall time a tag is
+their sum). Sampled (py-spy, ``SPIN = 0``), outside the blocking reads: the life line's
+``Connection._send`` 13-17 % of each process's samples, the tag's command and reply
+(``_processes._lockstep``, ``_group.Group.tag_reply``, ``_child._serve``, ``_codec``),
+the update itself about 1 %. Cutting it is the process layer's per-tag protocol
+(``mujou/_processes``), shared with ``tags-virtual-2p`` (target ≥ 20,000/s), not this layer.
 """
 
 from __future__ import annotations
