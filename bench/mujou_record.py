@@ -137,45 +137,51 @@ def record_throughput(nbytes: int, count: int, compression: str | None = None) -
 
 def fleet_recorded(n: int, seconds: float, rounds: int = 1) -> Metrics:
     """The fleet (bench/mujou_system.py's ring of ``n`` nodes on one worker), plain and with
-    every output recorded, in ``rounds`` pairs of runs of ``seconds`` each, interleaved (plain
-    then recorded, then recorded then plain, ...) so that a slow minute of the shared machine
-    falls on both; each p99 is that of every update of its runs pooled.
+    every output recorded, in ``rounds`` rounds of three runs of ``seconds`` each: plain,
+    recorded, plain, so that a slow minute of the shared machine falls on all three; each p99
+    is that of every update of its runs pooled ("plain": the first plain runs).
 
     How far the added p99 can be trusted: ``added_p99_low_ms``/``added_p99_high_ms``, the 5th
-    and 95th percentiles of the added p99 over the pairs drawn again with replacement (a
-    bootstrap, seeded); and the machine's own noise, ``plain_halves_p99_ms``: the pooled p99 of
-    the even pairs' plain runs minus that of the odd pairs' (what an added p99 of 0 looks like).
-    Where a slot's lateness comes from: ``*_wake_p99_ms``, the p99 of each slot's first
-    update's lateness (the worker woken late: the machine, or a copy of the tap under way),
-    and ``*_spread_p99_ms``, that of the span from its first update's start to its last's (the
-    updates before the last, with their sends and taps). Also what one send costs the hook
-    that sends ``n`` in a row (as the fleet's nodes due together on one worker do), plain and
-    recorded: the tap's share, which the load moves far less.
+    and 95th percentiles of the recorded runs' p99 minus the plain runs' (both of each round)
+    over the rounds drawn again with replacement (a bootstrap, seeded); and the control,
+    ``control_p99_ms`` with ``control_p99_low_ms``/``control_p99_high_ms``: each round's second
+    plain run against its first, drawn again the same way (what an added p99 of 0 looks like:
+    the wall clock's noise on this machine). Where a slot's lateness comes from:
+    ``*_wake_p99_ms``, the p99 of each slot's first update's lateness (the worker woken late:
+    the machine, or a copy of the tap under way), and ``*_spread_p99_ms``, that of the span
+    from its first update's start to its last's (the updates before the last, with their sends
+    and taps). Also what one send costs the hook that sends ``n`` in a row (as the fleet's
+    nodes due together on one worker do), plain and recorded, and the run's process's CPU per
+    send (``tap_cpu_us_per_send``: the tap and its deferred copy), which the load moves far
+    less than the lateness.
     """
     plain: list[torch.Tensor] = []
     recorded: list[torch.Tensor] = []
+    again: list[torch.Tensor] = []  # each round's second plain run: the control
     shares: dict[bool, list[float]] = {False: [], True: []}
     # Each slot's lateness taken apart: its first update's (the worker's wake-up) and the time
     # from its first update's start to its last's (the updates before the last, taps included).
     parts: dict[bool, tuple[list[torch.Tensor], list[torch.Tensor]]] = {False: ([], []), True: ([], [])}
     with tempfile.TemporaryDirectory() as folder:
         for k in range(rounds):
-            for record in (False, True) if k % 2 == 0 else (True, False):
+            # plain, recorded, plain: the recorded run between two plain ones, so that a drift
+            # of the machine over the round falls on the control (plain against plain) too.
+            for record, runs in ((False, plain), (True, recorded), (False, again)):
                 path = str(Path(folder) / f"fleet-{k}.mcap") if record else None
                 lateness, share, wake, spread = _fleet_lateness(n, seconds, path)
-                (recorded if record else plain).append(lateness)
+                runs.append(lateness)
                 shares[record].append(share)
                 parts[record][0].append(wake)
                 parts[record][1].append(spread)
-        send_plain = send_cost(n, seconds / 2, None)
-        send_recorded = send_cost(n, seconds / 2, mujou.Recorder(Path(folder) / "sends.mcap"))
+        send_plain, cpu_plain = send_cost(n, seconds / 2, None)
+        send_recorded, cpu_recorded = send_cost(n, seconds / 2, mujou.Recorder(Path(folder) / "sends.mcap"))
     found: dict[str, Any] = {"n": n, "seconds": seconds, "rounds": rounds}
     for name, runs in (("plain", plain), ("recorded", recorded)):
         pooled = torch.cat(runs)
         found[f"{name}_lateness_p50_ms"] = 1e3 * _quantile(pooled, 0.50)
         found[f"{name}_lateness_p99_ms"] = 1e3 * _quantile(pooled, 0.99)
         found[f"{name}_lateness_max_ms"] = 1e3 * float(pooled.max())
-        found[f"{name}_share"] = sum(shares[name == "recorded"]) / rounds
+        found[f"{name}_share"] = sum(shares[name == "recorded"]) / len(shares[name == "recorded"])
         found[f"{name}_updates"] = len(pooled)
         wake, spread = (torch.cat(part) for part in parts[name == "recorded"])
         found[f"{name}_wake_p99_ms"] = 1e3 * _quantile(wake, 0.99)
@@ -186,13 +192,23 @@ def fleet_recorded(n: int, seconds: float, rounds: int = 1) -> Metrics:
     )
     found["added_p99_per_pair_median_ms"] = each[len(each) // 2]
     if rounds >= 2:
-        low, high = _bootstrap_added_p99(plain, recorded)
+        both = [torch.cat(pair) for pair in zip(plain, again, strict=True)]
+        low, high = _bootstrap_added_p99(both, recorded)
         found["added_p99_low_ms"], found["added_p99_high_ms"] = low, high
-        found["plain_halves_p99_ms"] = 1e3 * (
-            _quantile(torch.cat(plain[0::2]), 0.99) - _quantile(torch.cat(plain[1::2]), 0.99)
+        # The control: each round's second plain run against its first, drawn again the same
+        # way; its interval is what the machine alone moves the p99 by (an added p99 of 0).
+        found["control_p99_ms"] = 1e3 * (
+            _quantile(torch.cat(again), 0.99) - _quantile(torch.cat(plain), 0.99)
         )
+        low, high = _bootstrap_added_p99(plain, again)
+        found["control_p99_low_ms"], found["control_p99_high_ms"] = low, high
     found["send_us_plain"] = send_plain
     found["send_us_recorded"] = send_recorded
+    # The tap's CPU per send (the run's process: the tap and its deferred copy), which the
+    # machine's load moves far less than the wall clock's lateness.
+    found["send_cpu_us_plain"] = cpu_plain
+    found["send_cpu_us_recorded"] = cpu_recorded
+    found["tap_cpu_us_per_send"] = cpu_recorded - cpu_plain
     return found
 
 
@@ -264,12 +280,17 @@ class Sends(Node):
         self.times.append(time.perf_counter() - began)
 
 
-def send_cost(n: int, seconds: float, record: mujou.Recorder | None) -> float:
-    """The median µs of one send of ``n`` in a row in a hook (real-time timer, one worker)."""
+def send_cost(n: int, seconds: float, record: mujou.Recorder | None) -> tuple[float, float]:
+    """The median µs of one send of ``n`` in a row in a hook (real-time timer, one worker), and
+    the µs of the run's process's CPU (``process_time``: all its threads, the recorder's
+    process not included) per send after the first tenth of ``seconds``."""
     sends = Sends(n)
     net = mujou.Net()
     net.sends = sends
     with mujou.run(net, workers=1, record=record) as run:
-        run.sleep(seconds)
+        run.sleep(seconds / 10)
+        began_cpu, began_count = time.process_time(), len(sends.times)
+        run.sleep(seconds * 9 / 10)
+        cpu, count = time.process_time() - began_cpu, len(sends.times) - began_count
     times = sorted(sends.times[len(sends.times) // 10 :])  # the first updates warm up
-    return 1e6 * times[len(times) // 2] / n
+    return 1e6 * times[len(times) // 2] / n, 1e6 * cpu / max(1, count * n)

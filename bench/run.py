@@ -99,7 +99,7 @@ class Durations:
     soak: float = 10.0  # the soak (--soak-seconds); run once, not repeated
     start_stops: int = 10  # the runs started and stopped in each start-stop-2p case
     record_bytes: int = 200 << 20  # bytes recorded in each record-* case (of each of its runs)
-    record_pairs: int = 10  # record-fleet-100: pairs of runs (plain, recorded), interleaved
+    record_pairs: int = 10  # record-fleet-100: rounds of runs (plain, recorded, plain)
 
 
 FULL = Durations(
@@ -266,11 +266,11 @@ def plan_record(durations: Durations, systems: list[str]) -> list[Case]:
         count = max(100, min(100_000, durations.record_bytes // nbytes))
         sizes: dict[str, Any] = {"nbytes": nbytes, "count": count, "compression": None}
         found.append(Case(MUJOU_1, workload, "record_throughput", sizes, durations.limit, "mujou_record"))
-    # Plain and recorded runs interleaved, record_pairs of each (about 2.5 s a run more than
+    # Rounds of plain, recorded and plain runs, record_pairs of them (about 2.5 s a run more than
     # its seconds: the start, the grace, the tap's cost measured after them).
     pairs = durations.record_pairs
     fleet: dict[str, Any] = {"n": RECORD_FLEET_N, "seconds": durations.fleet, "rounds": pairs}
-    limit = durations.limit + pairs * 2 * (durations.fleet + 2.5)
+    limit = durations.limit + pairs * 3 * (durations.fleet + 2.5)
     found.append(Case(MUJOU_1, "record-fleet-100", "fleet_recorded", fleet, limit, "mujou_record"))
     return found
 
@@ -1072,11 +1072,12 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             f"p99 {_ms(m['plain_lateness_p99_ms'])} → {_ms(m['recorded_lateness_p99_ms'])} "
             f"({1e3 * m['added_p99_ms']:+.0f} µs"
             + (
-                f", 90% of pairs redrawn {1e3 * m['added_p99_low_ms']:+.0f} to "
-                f"{1e3 * m['added_p99_high_ms']:+.0f} µs; plain against plain "
-                f"{1e3 * m['plain_halves_p99_ms']:+.0f} µs; {m['rounds']:.0f} pairs of "
-                f"{m['seconds']:g} s"
-                if "added_p99_low_ms" in m
+                f", 90% of rounds redrawn {1e3 * m['added_p99_low_ms']:+.0f} to "
+                f"{1e3 * m['added_p99_high_ms']:+.0f} µs; control, plain against plain "
+                f"{1e3 * m['control_p99_ms']:+.0f} µs, redrawn {1e3 * m['control_p99_low_ms']:+.0f} to "
+                f"{1e3 * m['control_p99_high_ms']:+.0f} µs; {m['rounds']:.0f} rounds (plain, recorded, "
+                f"plain) of {m['seconds']:g} s"
+                if "control_p99_low_ms" in m
                 else ""
             )
             + f"), share {m['plain_share']:.3f} → {m['recorded_share']:.3f}"
@@ -1090,6 +1091,13 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             + (
                 f"; a send of 100 in a row {m['send_us_plain']:.2f} → {m['send_us_recorded']:.2f} µs"
                 if "send_us_plain" in m
+                else ""
+            )
+            + (
+                f"; the run's CPU per send {m['send_cpu_us_plain']:.2f} → {m['send_cpu_us_recorded']:.2f} µs "
+                f"(the tap {m['tap_cpu_us_per_send']:+.2f} µs, {0.1 * m['tap_cpu_us_per_send']:.3f} ms "
+                "a slot of 100 sends)"
+                if "tap_cpu_us_per_send" in m
                 else ""
             )
         )
