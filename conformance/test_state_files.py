@@ -305,6 +305,8 @@ def allowed_tree() -> dict[str, Any]:
 
 
 @pytest.mark.rule("state.save-values")
+# torch 2.11 warns that invariant checks are off even for a tensor made with check_invariants=True
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled:UserWarning")
 def test_save_accepts_exactly_what_load_reads_back(tmp_path: Path) -> None:
     """> only torch.Tensor and torch.nn.Parameter, None, bool, int, float, complex, str, bytes,
     bytearray, torch.dtype, torch.device, torch.layout, torch.qscheme and torch.Size, and dict,
