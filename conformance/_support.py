@@ -13,13 +13,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import torch
 
 import mujou
 from mujou import Input, Net, Node
+from mujou.testing import state_difference
 
 HANG_GUARD = 30.0  # seconds; only ever reached when something hangs
 # The whole test's guard (conftest.py): longer than HANG_GUARD, so a guarded wait fails first,
@@ -203,6 +204,12 @@ def checkout_environ(*, quiet: bool = False) -> dict[str, str]:
     if quiet:
         environ["PYTHONWARNINGS"] = "ignore"
     return environ
+
+
+def assert_same(first: Any, second: Any, what: str) -> None:
+    """Equal, tensors bit for bit (``mujou.testing.state_difference`` walks any nest)."""
+    difference = state_difference({what: first}, {what: second})
+    assert difference is None, difference
 
 
 # --- fixtures both suites' conftest.py take (imported there by name) ------------------------

@@ -19,10 +19,9 @@ import pytest
 import torch
 from _agents import SECRET, LocalHost
 from _cuda_nodes import CudaPipeline
-from _support import HANG_GUARD, hang_guard, vt
+from _support import HANG_GUARD, assert_same, hang_guard, vt
 
 import mujou
-from mujou.testing import state_difference
 
 pytestmark = [
     pytest.mark.cuda,
@@ -51,12 +50,6 @@ def pipeline_run(net: CudaPipeline, **run_arguments: Any) -> dict[str, Any]:
             "read": read,
             "read_device": None if read is None else read.device.type,
         }
-
-
-def assert_same(first: Any, second: Any, what: str) -> None:
-    """Equal, tensors bit for bit."""
-    difference = state_difference({what: first}, {what: second})
-    assert difference is None, difference
 
 
 def assert_on_their_devices(seen: dict[str, Any], nodes: tuple[str, ...] = ("gpu", "cpu", "back")) -> None:

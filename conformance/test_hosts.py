@@ -23,21 +23,24 @@ import pytest
 import torch
 from _agents import SECRET, LocalHost, chain_run, two_local_hosts
 from _process_nodes import Chain, Relay, Sender, Stalls, Wire, check_wire, count_of
-from _support import HANG_GUARD, Bag, Blocker, checkout_environ, hang_guard, sigstopped, vt, wait_until
+from _support import (
+    HANG_GUARD,
+    Bag,
+    Blocker,
+    assert_same,
+    checkout_environ,
+    hang_guard,
+    sigstopped,
+    vt,
+    wait_until,
+)
 
 import mujou
-from mujou.testing import state_difference
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalHost, LocalHost]]:
     yield from two_local_hosts(tmp_path_factory.mktemp("agents"))
-
-
-def assert_same(first: Any, second: Any, what: str) -> None:
-    """Equal, tensors bit for bit (``mujou.testing.state_difference`` walks any nest)."""
-    difference = state_difference({what: first}, {what: second})
-    assert difference is None, difference
 
 
 @pytest.mark.rule("hosts.placement", "hosts.virtual", "hosts.host-api", "hosts.agent", "hosts.cleanup")
