@@ -320,6 +320,7 @@ def bench(session: nox.Session) -> None:
     python = shared_python(session)
     pip = (python, "-m", "pip", "install", "--quiet")
     session.run(*pip, "ezmsg", success_codes=[0, 1])
+    session.run(*pip, "h5py", success_codes=[0, 1])  # the record rows' rosbag2-like peer
     session.run(*pip, "holoscan", "nvidia-cuda-runtime-cu12", success_codes=[0, 1])
     session.run(python, "bench/run.py", *session.posargs)
 

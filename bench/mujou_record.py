@@ -6,8 +6,11 @@ Throughput: a node sends ``count`` messages of ``nbytes`` (a float32 tensor, sen
 the virtual timer, so that nothing is dropped and every message reaches the file; the time is
 from the first update until ``run.stop()`` returned (the file complete). ``mcap`` alone writes
 the same payload (the message's bytes, encoded once) ``count`` times with the same chunk size
-and compression, until ``finish()``. The CPU time is taken apart too: the run's process,
-recorded and not (the sends; the difference is the tap), and the recorder process.
+and compression, until ``finish()``; where h5py installs and nothing is compressed, h5py
+appends the same payloads to an HDF5 file as a rosbag2-like log would (a dataset of rows, one
+per message, grown 1,024 rows at a time, and one of their times), until the file is closed. The
+CPU time is taken apart too: the run's process, recorded and not (the sends; the difference is
+the tap), and the recorder process.
 """
 
 from __future__ import annotations
@@ -98,6 +101,37 @@ def _mcap_alone(path: Path, payload: bytes, count: int, compression: str | None,
     return time.perf_counter() - began
 
 
+def _h5py_alone(path: Path, payload: bytes, count: int) -> float | None:
+    """Seconds for h5py to append ``count`` copies of ``payload``, one row each, with their
+    times, until the file is closed; None where h5py does not install."""
+    try:
+        import h5py
+    except ImportError:
+        return None
+    import numpy
+
+    row, grow = numpy.frombuffer(payload, dtype=numpy.uint8), 1024
+    began = time.perf_counter()
+    with h5py.File(path, "w") as stored:
+        data = stored.create_dataset(
+            "data",
+            (grow, len(row)),
+            maxshape=(None, len(row)),
+            dtype="u1",
+            chunks=(max(1, (1 << 20) // len(row)), len(row)),
+        )
+        times = stored.create_dataset("log_time", (grow,), maxshape=(None,), dtype="i8", chunks=(grow,))
+        for i in range(count):
+            if i == len(times):
+                data.resize(i + grow, axis=0)
+                times.resize(i + grow, axis=0)
+            data[i] = row
+            times[i] = i * 1000
+        data.resize(count, axis=0)
+        times.resize(count, axis=0)
+    return time.perf_counter() - began
+
+
 def record_throughput(nbytes: int, count: int, compression: str | None = None) -> Metrics:
     """Messages per second and MB/s through a recorded run, beside mcap's writer alone."""
     from mujou._record._encoding import encode_tensor
@@ -114,6 +148,7 @@ def record_throughput(nbytes: int, count: int, compression: str | None = None) -
         began = time.process_time()
         alone = _mcap_alone(Path(folder) / "alone.mcap", payload, count, compression, DEFAULT_CHUNK_SIZE)
         alone_cpu = time.process_time() - began
+        h5 = _h5py_alone(Path(folder) / "alone.h5", payload, count) if compression is None else None
     return {
         "nbytes": nbytes,
         "count": count,
@@ -132,6 +167,11 @@ def record_throughput(nbytes: int, count: int, compression: str | None = None) -
         "recorder_cpu_us": 1e6 * recorder_cpu / count,
         "mcap_cpu_us": 1e6 * alone_cpu / count,
         "file_bytes": file_bytes,
+        **(
+            {}
+            if h5 is None
+            else {"h5py_messages_per_second": count / h5, "h5py_mb_per_second": count * nbytes / h5 / 1e6}
+        ),
     }
 
 

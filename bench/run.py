@@ -16,7 +16,8 @@ of two processes), start-stop-2p (the start and the stop of a run over two proce
 bare multiprocessing spawn of two processes that import torch) and soak (the hand-off for
 ``--soak-seconds``, counting the descriptors and shared-memory segments); and those of
 recording (``mujou.run(net, record=...)``): record-256B and record-1MiB (the recorder's
-throughput beside ``mcap``'s writer alone on the same messages) and record-fleet-100 (the fleet
+throughput beside ``mcap``'s writer alone on the same messages and, where h5py installs,
+h5py's appends of them) and record-fleet-100 (the fleet
 at N=100, plain and with every output recorded); and record-seek-1GB (the seek to a time
 in a 1 GB recording, Mujou's reader beside mcap's; the file is written once, in about 3
 minutes, and kept in the temporary folder).
@@ -1059,6 +1060,12 @@ def _format(workload: str, m: dict[str, Any]) -> str:
             f"({m['ratio']:.2f}× mcap alone: {_rate(m['mcap_messages_per_second'])} / s, "
             f"{m['mcap_mb_per_second']:,.0f} MB / s); per message: {m['recorded_us']:.1f} µs "
             f"(mcap alone {m['mcap_us']:.1f} µs)"
+            + (
+                f"; h5py appends alone: {_rate(m['h5py_messages_per_second'])} / s, "
+                f"{m['h5py_mb_per_second']:,.0f} MB / s"
+                if "h5py_messages_per_second" in m
+                else ""
+            )
             + (
                 f"; CPU per message: the run's process {m['run_cpu_us']:.1f} µs (without recording "
                 f"{m['sends_cpu_us']:.1f}), the recorder process {m['recorder_cpu_us']:.1f}, mcap "
