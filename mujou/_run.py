@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import os
+import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, cast, final
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast, final
 from ._engine import Engine, in_hook_thread
 from ._engine._snapshot import progress_sample, run_stats
 from ._errors import HookError
+from ._in_run import hooking
 from ._messages import Nest, cpu_copy
 from ._net import Net
 from ._numbers import non_negative, shown
@@ -29,6 +32,9 @@ if TYPE_CHECKING:  # Protocols the classes fit: their modules import this one (m
     from ._handles import RunProcesses as Processes
     from ._handles import RunRecording as Session
     from ._record._replay import HostWrites
+
+_INF = math.inf
+_get_ident = threading.get_ident
 
 
 def _host_message(port: Input[Any], message: object, what: str) -> tuple[Any, Nest | None]:
@@ -219,10 +225,12 @@ class Run:
             HookError: a hook failed.
             RuntimeError: the run has ended.
         """
-        if in_hook_thread():
+        if _get_ident() in hooking:  # in_hook_thread(), inlined
             self._refuse("write")
         engine = self._engine
-        engine.hooks.flush_warnings(stacklevel=2)
+        hooks = engine.hooks
+        if hooks._warnings:  # flush_warnings' own test, before its call
+            hooks.flush_warnings(stacklevel=2)
         known = self._writable.get(id(port))
         if known is None or known[0] is not port:
             known = self._check_writable(port)
@@ -299,10 +307,12 @@ class Run:
             HookError: a hook failed.
             RuntimeError: the run ended first.
         """
-        if in_hook_thread():
+        if _get_ident() in hooking:  # in_hook_thread(), inlined
             self._refuse("wait_for")
         engine = self._engine
-        engine.hooks.flush_warnings(stacklevel=2)
+        hooks = engine.hooks
+        if hooks._warnings:  # flush_warnings' own test, before its call
+            hooks.flush_warnings(stacklevel=2)
         known = self._sources.get(id(port))
         if known is None or known[0] is not port:
             known = self._source_of(port)
@@ -312,7 +322,12 @@ class Run:
                 "predicate must be a callable taking the message and returning a bool, or None, "
                 f"got {type(predicate).__name__}: {shown(predicate)}"
             )
-        until = None if timeout is None else engine.time() + _seconds("timeout", timeout)
+        if timeout is None:
+            until = None
+        elif timeout.__class__ is float and 0.0 < timeout < _INF:  # _seconds' common case, at once
+            until = engine.time() + timeout
+        else:
+            until = engine.time() + _seconds("timeout", timeout)
         if engine.policy.error is not None:
             engine.raise_error()
         undo = None if self._processes is None else self._watch(source)

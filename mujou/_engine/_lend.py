@@ -109,21 +109,25 @@ class Lender:
         self._instants = 0  # virtual timer: the ident of the host thread lent to the instants
         self._busy = False  # real-time timer: a thread runs the update take_for_host gave it
 
-    def write_arrived(self, port: _Port) -> None:
-        """A host write on ``port`` (which wakes nodes) arrives: as ``Engine.arrived``, but
-        with no worker woken while the host's writes defer."""
+    def write_arrived(self, port: _Port, now: float) -> None:
+        """A host write on ``port`` (which wakes nodes), published at timer time ``now``,
+        arrives: as ``Engine.arrived``, but with no worker woken while the host's writes
+        defer. A port that wakes one node tries ``Policy.host_wrote`` first (the common case,
+        in one call)."""
         engine = self._engine
         policy = engine.policy
         with engine.lock:
             if self._pending:  # the host did not run the last one: wake workers again
                 self.defers = False
-            self._pending = self.defers
-            policy.host_defers = self.defers
-            try:
-                # ``sent_to_free``'s short path for a free node woken through one input.
-                sent_arrived(policy, port, engine.clock.now(), None)
-            finally:
-                policy.host_defers = False
+            defers = self._pending = self.defers
+            wakes = port._wakes
+            if len(wakes) != 1 or not policy.host_wrote(wakes[0], now, defers):
+                policy.host_defers = defers
+                try:
+                    # ``sent_to_free``'s short path for a free node woken through one input.
+                    sent_arrived(policy, port, now, None)
+                finally:
+                    policy.host_defers = False
             if policy.wake:
                 engine.deliver()
 
@@ -151,9 +155,15 @@ class Lender:
         """Run the update due earliest on the calling (host) thread, if one is due now that no
         thread has begun and the thread's settings allow; whether it ran one. No lock held.
         ``hook_checked``: the caller refused a hook thread already."""
-        if not hook_checked and in_hook_thread():  # a hook's wait runs no other node's update
+        if not hook_checked and _get_ident() in hooking:  # a hook's wait runs no other node's update
             return False
-        if not fresh_settings():
+        if (  # fresh_settings(), inlined: it runs in every wait_for
+            not _is_grad_enabled()
+            or _is_inference_mode_enabled()
+            or _is_any_autocast_enabled()
+            or _function_modes()
+            or _dispatch_modes()
+        ):
             return False
         engine = self._engine
         policy = engine.policy
@@ -195,7 +205,12 @@ class Lender:
                 engine.crashed_locked(HOST, exc, exits=False)
             engine.raise_error()
             raise
-        self._done()
+        with engine.lock:  # _done(), inlined: the round trip's last lock section
+            self._busy = False
+            policy = engine.policy
+            policy.host_done()
+            if policy.wake:
+                engine.deliver()
 
     def received(self, port: _Port, fresh: bool | None = None) -> None:
         """Under the real-time timer, on the thread that received a message from another
