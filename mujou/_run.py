@@ -203,6 +203,29 @@ class Run:
     # in the same minutes, 34-39 us, holds its ``torch.full`` and two wake-ups; the torch
     # calls alone here (full, clone, copy, item) come to 31-42: 1.0x needs a write that
     # hands its tensor over instead of cloning it, which the snapshot rule (run.write) forbids.
+    #
+    # Checked again (issue 24, the host round trip; 2-core AMD EPYC, load 4-7, the other
+    # helpers' work running). Who runs the echo: the host, in 99.7-99.96 % of the trips (the
+    # hook's thread noted, 3-6 s of trips), and no write wakes a worker but the few that the
+    # rule asks for (Parking's notifies counted): no thread hand-off is left. The idle worker's
+    # looks (every LOOK, about 0.3 per trip) cost nothing seen: the trips with a look within
+    # 100 us had the same p50. Instructions a trip (callgrind, from before the caller's
+    # ``torch.full`` to after ``wait_for``, 200 trips): 120.0k at 281443c, 112.7k since
+    # ``Policy.host_wrote`` and the cuts in ``_lend`` and here; the floor's trip, counted the
+    # same way, 49.3k (its two Events and the echo thread's loop) plus its two wake-ups. Of
+    # Mujou's, torch's calls are about 30k: ``clone`` 8k each (the write's snapshot and the
+    # answer's copy), the caller's ``full`` 7.6k, ``item`` 1.6k, the tensors' deallocation 3.6k.
+    # Stamped in place (perf_counter_ns, medians of about 5,000 trips, two runs, each stamp
+    # about 0.3 us): the caller's full 9.7-14.2 us, the write's clone 6.9-9.8, the answer's
+    # copy 2.4-2.7, the predicate's item 1.8-2.4; the write's call, checks and look-up 4-5, the
+    # publish 3.3-4.3, the arrival 3.8-4.2; wait_for's checks 3.0-3.4, the take 3.8-4.2, the
+    # runner around the hook 5.7-6.8 (``_update``), the echo's read and send 2.5-2.8, the
+    # give-back 2.3-2.4: 52-66 in all, against the floor's 24-30 in the same minutes. So
+    # even with no Mujou code at all the torch calls of this workload (20-29 us) would be the
+    # floor's whole trip; the floor makes no tensor. Wall-clock, interleaved (``bench/run.py
+    # --quick --repeats 3 --only echo-triggered --systems mujou,floor,heap_pool``, load 5-7):
+    # 69.2 and 64.1 us at 281443c, 70.7, 76.9 and 59.7 here, the floor 26.1-30.5, the plain
+    # pool 54.0-67.4: the cut (about 2 us) is below what this machine's runs can tell.
 
     def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""

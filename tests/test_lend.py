@@ -137,3 +137,45 @@ def test_each_write_starts_the_count_of_the_idle_workers_looks_again() -> None:
             assert not lender.defers  # a second of looks since the last write: it stopped writing
         finally:
             blocker.release.set()
+
+
+class Noting(Node):
+    """Triggered by ``x``: sets ``ran`` once it has seen ``until``, sends ``x + 1``."""
+
+    x = Input(optional=True)
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+        self.until = -1.0
+        self.ran = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        assert x is not None
+        if float(x) == self.until:
+            self.ran.set()
+        self.y.send(x + 1)
+
+
+def test_an_idle_worker_finds_a_deferred_write_at_its_next_look() -> None:
+    """NOTE [ a look that finds nothing ]: an idle worker whose timed wait runs out waits again
+    without asking the policy only while nothing is queued; the node a deferred write queued
+    is found at the next look, long before a second of looks would end the deferral.
+    Planted: the loop not looking at the queue: the update ran only once IDLE_LOOKS looks
+    had ended the deferral, and ``defers`` was False by then."""
+    node = Noting()
+    with mujou.run(Bag(node=node), workers=1) as run:
+        lender = run._engine.lender
+        assert lender is not None
+        for k in range(100):  # until the host runs one itself (the woken worker may win at first)
+            run.write(node.x, torch.full((1,), float(k)))
+            run.wait_for(node.y, partial(answers, k), timeout=HANG_GUARD)
+            if lender.defers:
+                break
+        assert lender.defers, "the host ran no update in 100 round trips"
+        time.sleep(0.05)  # the worker woken as the writes began to defer parks again meanwhile
+        node.until = 1000.0
+        run.write(node.x, torch.full((1,), 1000.0))  # not waited for: a worker must run it
+        assert node.ran.wait(HANG_GUARD), "the deferred write's update never ran"
+        assert lender.defers, "the update ran only after the deferral ended"

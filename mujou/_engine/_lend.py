@@ -139,12 +139,14 @@ class Lender:
             if policy.wake:
                 engine.deliver()
 
-    def idle_look(self) -> None:
+    def idle_look(self) -> bool:
         """With the lock held: an idle worker's look (after LOOK) found nothing to do; after
-        IDLE_LOOKS of them since the host's last write, its writes wake workers again."""
+        IDLE_LOOKS of them since the host's last write, its writes wake workers again.
+        Whether they still wake none (``defers``)."""
         self.looks += 1
         if self.looks > IDLE_LOOKS:
             self.defers = False
+        return self.defers
 
     def answer(self, hook_checked: bool = False) -> bool:
         """First thing in ``run.wait_for``, and in ``Subscription.get``: ``run_one``; if it ran
