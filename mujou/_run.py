@@ -205,12 +205,16 @@ class Run:
     # hands its tensor over instead of cloning it, which the snapshot rule (run.write) forbids.
     #
     # Checked again (issue 24, the host round trip; 2-core AMD EPYC, load 4-7, the other
-    # helpers' work running). Who runs the echo: the host, in 99.7-99.96 % of the trips (the
-    # hook's thread noted, 3-6 s of trips), and no write wakes a worker but the few that the
-    # rule asks for (Parking's notifies counted): no thread hand-off is left. The idle worker's
-    # looks (every LOOK, about 0.3 per trip) cost nothing seen: the trips with a look within
-    # 100 us had the same p50. Instructions a trip (callgrind, from before the caller's
-    # ``torch.full`` to after ``wait_for``, 200 trips): 120.0k at 281443c, 112.7k since
+    # helpers' work running). Who runs the echo: the host, in 99.3-99.96 % of the trips (the
+    # hook's thread noted, 3-6 s of trips); a write woke a worker in 0.1-0.4 % of them
+    # (Parking's notifies counted): after the idle worker's timed look took an update before
+    # the host did, the next write ends the deferral, as threads.host-runs-updates says; and,
+    # until 659ee38, every 1.2-2.5 s of trips (NOTE [ writes that wake no worker ] in _lend).
+    # No thread hand-off is left in the others. The idle worker's looks (every LOOK): a tenth
+    # of the trips had one within 100 us, their p50 5-12 us above the others', until
+    # dcb23d3 (NOTE [ a look that finds nothing ] in _threads). Instructions a trip
+    # (callgrind, from before the caller's ``torch.full`` to after ``wait_for``, 200 trips,
+    # the idle worker's looks moved out of the counted trips): 120.0k at 281443c, 112.7k since
     # ``Policy.host_wrote`` and the cuts in ``_lend`` and here; the floor's trip, counted the
     # same way, 49.3k (its two Events and the echo thread's loop) plus its two wake-ups. Of
     # Mujou's, torch's calls are about 30k: ``clone`` 8k each (the write's snapshot and the
@@ -224,8 +228,8 @@ class Run:
     # even with no Mujou code at all the torch calls of this workload (20-29 us) would be the
     # floor's whole trip; the floor makes no tensor. Wall-clock, interleaved (``bench/run.py
     # --quick --repeats 3 --only echo-triggered --systems mujou,floor,heap_pool``, load 5-7):
-    # 69.2 and 64.1 us at 281443c, 70.7, 76.9 and 59.7 here, the floor 26.1-30.5, the plain
-    # pool 54.0-67.4: the cut (about 2 us) is below what this machine's runs can tell.
+    # 69.2 and 64.1 us at 281443c, 70.7, 76.9 and 59.7 at 81decc5, the floor 26.1-30.5, the
+    # plain pool 54.0-67.4: the cut (about 2 us) is below what this machine's runs can tell.
 
     def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
