@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import os
+import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, cast, final
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast, final
 from ._engine import Engine, in_hook_thread
 from ._engine._snapshot import progress_sample, run_stats
 from ._errors import HookError
+from ._in_run import hooking
 from ._messages import Nest, cpu_copy
 from ._net import Net
 from ._numbers import non_negative, shown
@@ -29,6 +32,9 @@ if TYPE_CHECKING:  # Protocols the classes fit: their modules import this one (m
     from ._handles import RunProcesses as Processes
     from ._handles import RunRecording as Session
     from ._record._replay import HostWrites
+
+_INF = math.inf
+_get_ident = threading.get_ident
 
 
 def _host_message(port: Input[Any], message: object, what: str) -> tuple[Any, Nest | None]:
@@ -197,6 +203,33 @@ class Run:
     # in the same minutes, 34-39 us, holds its ``torch.full`` and two wake-ups; the torch
     # calls alone here (full, clone, copy, item) come to 31-42: 1.0x needs a write that
     # hands its tensor over instead of cloning it, which the snapshot rule (run.write) forbids.
+    #
+    # Checked again (issue 24, the host round trip; 2-core AMD EPYC, load 4-7, the other
+    # helpers' work running). Who runs the echo: the host, in 99.3-99.96 % of the trips (the
+    # hook's thread noted, 3-6 s of trips); a write woke a worker in 0.1-0.4 % of them
+    # (Parking's notifies counted): after the idle worker's timed look took an update before
+    # the host did, the next write ends the deferral, as threads.host-runs-updates says; and,
+    # until 659ee38, every 1.2-2.5 s of trips (NOTE [ writes that wake no worker ] in _lend).
+    # No thread hand-off is left in the others. The idle worker's looks (every LOOK): a tenth
+    # of the trips had one within 100 us, their p50 5-12 us above the others', until
+    # dcb23d3 (NOTE [ a look that finds nothing ] in _threads). Instructions a trip
+    # (callgrind, from before the caller's ``torch.full`` to after ``wait_for``, 200 trips,
+    # the idle worker's looks moved out of the counted trips): 120.0k at 281443c, 112.7k since
+    # ``Policy.host_wrote`` and the cuts in ``_lend`` and here; the floor's trip, counted the
+    # same way, 49.3k (its two Events and the echo thread's loop) plus its two wake-ups. Of
+    # Mujou's, torch's calls are about 30k: ``clone`` 8k each (the write's snapshot and the
+    # answer's copy), the caller's ``full`` 7.6k, ``item`` 1.6k, the tensors' deallocation 3.6k.
+    # Stamped in place (perf_counter_ns, medians of about 5,000 trips, two runs, each stamp
+    # about 0.3 us): the caller's full 9.7-14.2 us, the write's clone 6.9-9.8, the answer's
+    # copy 2.4-2.7, the predicate's item 1.8-2.4; the write's call, checks and look-up 4-5, the
+    # publish 3.3-4.3, the arrival 3.8-4.2; wait_for's checks 3.0-3.4, the take 3.8-4.2, the
+    # runner around the hook 5.7-6.8 (``_update``), the echo's read and send 2.5-2.8, the
+    # give-back 2.3-2.4: 52-66 in all, against the floor's 24-30 in the same minutes. So
+    # even with no Mujou code at all the torch calls of this workload (20-29 us) would be the
+    # floor's whole trip; the floor makes no tensor. Wall-clock, interleaved (``bench/run.py
+    # --quick --repeats 3 --only echo-triggered --systems mujou,floor,heap_pool``, load 5-7):
+    # 69.2 and 64.1 us at 281443c, 70.7, 76.9 and 59.7 at 81decc5, the floor 26.1-30.5, the
+    # plain pool 54.0-67.4: the cut (about 2 us) is below what this machine's runs can tell.
 
     def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
@@ -219,10 +252,12 @@ class Run:
             HookError: a hook failed.
             RuntimeError: the run has ended.
         """
-        if in_hook_thread():
+        if _get_ident() in hooking:  # in_hook_thread(), inlined
             self._refuse("write")
         engine = self._engine
-        engine.hooks.flush_warnings(stacklevel=2)
+        hooks = engine.hooks
+        if hooks._warnings:  # flush_warnings' own test, before its call
+            hooks.flush_warnings(stacklevel=2)
         known = self._writable.get(id(port))
         if known is None or known[0] is not port:
             known = self._check_writable(port)
@@ -299,10 +334,12 @@ class Run:
             HookError: a hook failed.
             RuntimeError: the run ended first.
         """
-        if in_hook_thread():
+        if _get_ident() in hooking:  # in_hook_thread(), inlined
             self._refuse("wait_for")
         engine = self._engine
-        engine.hooks.flush_warnings(stacklevel=2)
+        hooks = engine.hooks
+        if hooks._warnings:  # flush_warnings' own test, before its call
+            hooks.flush_warnings(stacklevel=2)
         known = self._sources.get(id(port))
         if known is None or known[0] is not port:
             known = self._source_of(port)
@@ -312,7 +349,12 @@ class Run:
                 "predicate must be a callable taking the message and returning a bool, or None, "
                 f"got {type(predicate).__name__}: {shown(predicate)}"
             )
-        until = None if timeout is None else engine.time() + _seconds("timeout", timeout)
+        if timeout is None:
+            until = None
+        elif timeout.__class__ is float and 0.0 < timeout < _INF:  # _seconds' common case, at once
+            until = engine.time() + timeout
+        else:
+            until = engine.time() + _seconds("timeout", timeout)
         if engine.policy.error is not None:
             engine.raise_error()
         undo = None if self._processes is None else self._watch(source)

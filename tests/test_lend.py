@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import threading
 import time
+from functools import partial
 
 import pytest
 import torch
@@ -101,3 +102,80 @@ def test_an_interrupted_sleep_moves_the_virtual_time_no_further(monkeypatch: pyt
         assert node.count == 3 and run.time == pytest.approx(0.03)
         run.sleep(0.01)
         assert node.count == 4 and run.time == pytest.approx(0.04)
+
+
+def answers(k: int, message: torch.Tensor) -> bool:
+    return float(message) == k + 1
+
+
+def test_each_write_starts_the_count_of_the_idle_workers_looks_again() -> None:
+    """threads.host-runs-updates, NOTE [ writes that wake no worker ]: the host's writes wake
+    workers again after a second of idle looks since the host's last write, not after a second
+    of looks in all: the round trips the host runs itself leave the workers nothing to find.
+    The one worker is held in a hook throughout (so the host runs every round trip), and each
+    round trip comes after IDLE_LOOKS - 100 looks, made under the lock as an idle worker makes
+    them. Planted: the write not starting the count again (no ``looks = 0`` in
+    ``write_arrived``): after the second trip the writes woke workers again."""
+    blocker, echo = Blocker(), Echo()
+    with mujou.run(Bag(blocker=blocker, echo=echo), workers=1) as run:
+        try:
+            run.write(blocker.go, torch.zeros(1))
+            assert blocker.inside.wait(HANG_GUARD)
+            engine = run._engine
+            lender = engine.lender
+            assert lender is not None
+            for k in range(3):
+                run.write(echo.x, torch.full((1,), float(k)))
+                run.wait_for(echo.y, partial(answers, k), timeout=HANG_GUARD)
+                with engine.lock:
+                    for _ in range(_lend.IDLE_LOOKS - 100):
+                        lender.idle_look()
+                assert lender.defers, f"the next write would wake workers, after round trip {k}"
+            with engine.lock:
+                for _ in range(101):
+                    lender.idle_look()
+            assert not lender.defers  # a second of looks since the last write: it stopped writing
+        finally:
+            blocker.release.set()
+
+
+class Noting(Node):
+    """Triggered by ``x``: sets ``ran`` once it has seen ``until``, sends ``x + 1``."""
+
+    x = Input(optional=True)
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+        self.until = -1.0
+        self.ran = threading.Event()
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        assert x is not None
+        if float(x) == self.until:
+            self.ran.set()
+        self.y.send(x + 1)
+
+
+def test_an_idle_worker_finds_a_deferred_write_at_its_next_look() -> None:
+    """NOTE [ a look that finds nothing ]: an idle worker whose timed wait runs out waits again
+    without asking the policy only while nothing is queued; the node a deferred write queued
+    is found at the next look, long before a second of looks would end the deferral.
+    Planted: the loop not looking at the queue: the update ran only once IDLE_LOOKS looks
+    had ended the deferral, and ``defers`` was False by then."""
+    node = Noting()
+    with mujou.run(Bag(node=node), workers=1) as run:
+        lender = run._engine.lender
+        assert lender is not None
+        for k in range(100):  # until the host runs one itself (the woken worker may win at first)
+            run.write(node.x, torch.full((1,), float(k)))
+            run.wait_for(node.y, partial(answers, k), timeout=HANG_GUARD)
+            if lender.defers:
+                break
+        assert lender.defers, "the host ran no update in 100 round trips"
+        time.sleep(0.05)  # the worker woken as the writes began to defer parks again meanwhile
+        node.until = 1000.0
+        run.write(node.x, torch.full((1,), 1000.0))  # not waited for: a worker must run it
+        assert node.ran.wait(HANG_GUARD), "the deferred write's update never ran"
+        assert lender.defers, "the update ran only after the deferral ended"

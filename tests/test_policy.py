@@ -97,15 +97,17 @@ def send(policy: Policy, by: Slot, now: float, message: float, short: bool = Fal
 
 def write(policy: Policy, slot: Slot, now: float, message: float, short: bool = False) -> None:
     """The host writes ``message`` on ``slot``'s input ``x`` (``run.write``); with ``short``,
-    the arrival as ``Lender.write_arrived`` makes it (``sent_arrived``, no sender)."""
+    the arrival as ``Lender.write_arrived`` makes it (``Policy.host_wrote``, else
+    ``sent_arrived`` with no sender), a worker woken unless ``policy.host_defers``."""
     port = slot.core.ports["x"]
     assert isinstance(port, Input)
     port._write(torch.tensor(message), None, now)
-    if port._wakes:
-        if short:
-            sent_arrived(policy, port, now, None)
-        else:
+    wakes = port._wakes
+    if wakes:
+        if not short:
             arrived(policy, port, now)
+        elif len(wakes) != 1 or not policy.host_wrote(wakes[0], now, policy.host_defers):
+            sent_arrived(policy, port, now, None)
 
 
 def fresh(slot: Slot) -> bool:

@@ -82,7 +82,7 @@ class Engine(ThreadsEngine, Protocol):
     def raise_error(self) -> None: ...
 
 
-IDLE_LOOKS = 500  # looks in a row that found nothing (a second), after which the writes wake again
+IDLE_LOOKS = 500  # looks since the host's last write (a second), after which the writes wake again
 
 
 class Lender:
@@ -94,8 +94,17 @@ class Lender:
     once the host ran an update first thing in ``run.wait_for``, its writes wake no worker
     (``defers``), and the idle workers wait ``_threads.LOOK`` at most instead, so that the
     update of a write the host does not wait for still starts within about LOOK. A write before
-    the host ran the previous one in a wait, or IDLE_LOOKS looks that found nothing, end it;
-    all under the lock.
+    the host ran the previous one in a wait, or IDLE_LOOKS looks that found nothing since the
+    host's last write (about a second: the host stopped writing), end it; all under the lock.
+
+    Each write starts that count again. It used to count every empty look since the writes
+    began to defer, and the host's round trips, whose updates the host runs, leave the
+    workers nothing to find: in bench's echo-triggered (a trip every 1.2 ms or so) the
+    writes woke the worker again after every 1.2-2.5 s of trips, 1 to 5 trips in a row each
+    time, the worker racing the host for the update (13 trips of 5,280 in 6 s woke one,
+    measured with the notifies counted; none from that cause after this). What still wakes
+    one, in 0.1-0.4 % of such trips: an idle worker's timed look that took the update of a
+    write before the host's wait did, after which the next write ends the deferral.
     """
 
     __slots__ = ("_busy", "_engine", "_instants", "_pending", "_run", "defers", "looks")
@@ -109,29 +118,37 @@ class Lender:
         self._instants = 0  # virtual timer: the ident of the host thread lent to the instants
         self._busy = False  # real-time timer: a thread runs the update take_for_host gave it
 
-    def write_arrived(self, port: _Port) -> None:
-        """A host write on ``port`` (which wakes nodes) arrives: as ``Engine.arrived``, but
-        with no worker woken while the host's writes defer."""
+    def write_arrived(self, port: _Port, now: float) -> None:
+        """A host write on ``port`` (which wakes nodes), published at timer time ``now``,
+        arrives: as ``Engine.arrived``, but with no worker woken while the host's writes
+        defer. A port that wakes one node tries ``Policy.host_wrote`` first (the common case,
+        in one call)."""
         engine = self._engine
         policy = engine.policy
         with engine.lock:
             if self._pending:  # the host did not run the last one: wake workers again
                 self.defers = False
-            self._pending = self.defers
-            policy.host_defers = self.defers
-            try:
-                # ``sent_to_free``'s short path for a free node woken through one input.
-                sent_arrived(policy, port, engine.clock.now(), None)
-            finally:
-                policy.host_defers = False
+            defers = self._pending = self.defers
+            self.looks = 0  # the host writes: not idle (IDLE_LOOKS)
+            wakes = port._wakes
+            if len(wakes) != 1 or not policy.host_wrote(wakes[0], now, defers):
+                policy.host_defers = defers
+                try:
+                    # ``sent_to_free``'s short path for a free node woken through one input.
+                    sent_arrived(policy, port, now, None)
+                finally:
+                    policy.host_defers = False
             if policy.wake:
                 engine.deliver()
 
-    def idle_look(self) -> None:
-        """With the lock held: an idle worker's look (after LOOK) found nothing to do."""
+    def idle_look(self) -> bool:
+        """With the lock held: an idle worker's look (after LOOK) found nothing to do; after
+        IDLE_LOOKS of them since the host's last write, its writes wake workers again.
+        Whether they still wake none (``defers``)."""
         self.looks += 1
         if self.looks > IDLE_LOOKS:
             self.defers = False
+        return self.defers
 
     def answer(self, hook_checked: bool = False) -> bool:
         """First thing in ``run.wait_for``, and in ``Subscription.get``: ``run_one``; if it ran
@@ -151,9 +168,15 @@ class Lender:
         """Run the update due earliest on the calling (host) thread, if one is due now that no
         thread has begun and the thread's settings allow; whether it ran one. No lock held.
         ``hook_checked``: the caller refused a hook thread already."""
-        if not hook_checked and in_hook_thread():  # a hook's wait runs no other node's update
+        if not hook_checked and _get_ident() in hooking:  # a hook's wait runs no other node's update
             return False
-        if not fresh_settings():
+        if (  # fresh_settings(), inlined: it runs in every wait_for
+            not _is_grad_enabled()
+            or _is_inference_mode_enabled()
+            or _is_any_autocast_enabled()
+            or _function_modes()
+            or _dispatch_modes()
+        ):
             return False
         engine = self._engine
         policy = engine.policy
@@ -195,7 +218,12 @@ class Lender:
                 engine.crashed_locked(HOST, exc, exits=False)
             engine.raise_error()
             raise
-        self._done()
+        with engine.lock:  # _done(), inlined: the round trip's last lock section
+            self._busy = False
+            policy = engine.policy
+            policy.host_done()
+            if policy.wake:
+                engine.deliver()
 
     def received(self, port: _Port, fresh: bool | None = None) -> None:
         """Under the real-time timer, on the thread that received a message from another

@@ -444,10 +444,11 @@ class Engine(Instants):
                     if self.policy.wake:
                         self.deliver()
             return
-        port._write(message[0], message[1], self.clock.now())
+        now = self.clock.now()
+        port._write(message[0], message[1], now)
         if port._wakes:
             if self.lender is not None:
-                self.lender.write_arrived(port)  # NOTE [ writes that wake no worker ]
+                self.lender.write_arrived(port, now)  # NOTE [ writes that wake no worker ]
             else:
                 self.arrived(port)
 

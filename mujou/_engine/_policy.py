@@ -476,6 +476,50 @@ class Policy(Ending):
             self._wake_idle(due, exact=True, another=True)
         return True
 
+    def host_wrote(self, index: int, now: float, defers: bool) -> bool:
+        """``sent_to_free`` of a host write at ``now`` on an input that wakes one node,
+        ``index`` (``Lender.write_arrived``), in one call: when that node is
+        ``Slot.one_input``, free and not due, and the latest message on its input is one its
+        updates have not seen and no arrival noted, the arrival is noted, the node queued at
+        its due time and, unless the host's writes wake no worker (``defers``), a worker
+        woken for it; whether it did (False: nothing changed, the caller calls
+        ``_arrivals.sent_arrived``).
+
+        The same decision as ``sent_arrived`` then ``sent_to_free`` with no sender (each
+        condition of theirs is here), without their loop, calls and the sender's case: the
+        host's round trip runs it once per write (NOTE [ the host's round trip ] in ``_run``).
+        """
+        slot = self.slots[index]
+        if (
+            not slot.one_input
+            or self.holder[index] != FREE
+            or slot.due != math.inf
+            or slot.stopped
+            or self.stopping
+            or not self.running
+            or self.virtual
+        ):
+            return False
+        port = slot.trigger_inputs[0]
+        source = port._source
+        latest = (port if source is None else source)._latest
+        seen = port._seen
+        numbers = slot.arrival_numbers
+        if latest is None or latest[4] == seen or numbers[0] > seen:  # unseen_number, inlined
+            return False
+        slot.arrival_times[0] = now  # arrive's note
+        numbers[0] = latest[4]
+        last = slot.last  # due_after, inlined: an arrival before the last start counts as it
+        due = (now if now > last else last) + slot.delay
+        earliest = last + slot.min_interval
+        if earliest > due:
+            due = earliest
+        slot.due = due
+        self.queue.push(due, index)
+        if not defers:
+            self._wake_idle(due, exact=True, another=True)
+        return True
+
     def sent_handed(self, index: int, number: int, now: float, by: Slot) -> bool:
         """``sent_to_free`` and ``_hand_off`` in one, for a send under the real-time timer by
         ``by``'s update on a worker, of the message ``number``, on an output that wakes one
