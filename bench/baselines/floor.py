@@ -4,10 +4,12 @@ Not a peer to choose instead of Mujou: the least any library can do on this mach
 in the same run, so that a target can be read against it.
 
 - ``echo_triggered``: the host sets a ``threading.Event`` that a thread waits on; the thread
-  copies the value and sets another that the host waits on. Two wake-ups of a thread, the
+  hands the message back and sets another that the host waits on. Two wake-ups of a thread, the
   least a host round trip through a node on another thread takes; the same host loop as the
   peers (``round_trips``: a random fraction of 1 ms between round trips, so each wake-up
-  finds the other thread asleep).
+  finds the other thread asleep), and the same message: the host makes a one-element tensor
+  of the value (``torch.full``) and reads the echo's back (``item``), as the peers' hosts do,
+  so that the workload's own two torch calls (about 10 µs here) are on both sides.
 - ``cross_process``: a spawned sender copies its message into one preallocated shared-memory
   tensor and writes one byte to a pipe; this process, blocked in ``os.read`` of the pipe,
   copies the slot out and takes the time. No ring, no second slot, no record, no thread
@@ -53,28 +55,28 @@ _VALUE = struct.Struct("q")
 def echo_triggered(seconds: float) -> Metrics:
     """The host wakes a thread with an Event; the thread wakes the host back with another."""
     request, reply = threading.Event(), threading.Event()
-    box: list[float | None] = [0.0]
-    back = [0.0]
+    box: list[torch.Tensor | None] = [torch.zeros(1)]
+    back = [torch.zeros(1)]
 
     def echo() -> None:
         while True:
             request.wait()
             request.clear()
-            value = box[0]
-            if value is None:
+            message = box[0]
+            if message is None:
                 return
-            back[0] = value
+            back[0] = message
             reply.set()
 
     def write(value: float) -> None:
-        box[0] = value
+        box[0] = torch.full((1,), value)
         request.set()
 
     def wait(value: float) -> None:
         if not reply.wait(1.0):
             raise TimeoutError("the echo thread did not answer within 1 s")
         reply.clear()
-        if back[0] != value:
+        if float(back[0].item()) != value:
             raise RuntimeError(f"the echo thread answered {back[0]}, not {value}")
 
     thread = threading.Thread(target=echo, daemon=True)
