@@ -67,6 +67,8 @@ from .._engine._lend import fresh_settings
 from .._ports import Output
 from .._processes._member import Member
 from .._processes._wire import NO_HOLDER, Crossing, joined, split
+from .._routing import Route
+from . import _nccl as nccl
 from ._plane_wire import BYE, GROW, ROOM, Incoming, Outgoing, control, next_room, signer
 
 JOIN_GRACE = 2.0  # real seconds the end of the run waits for each plane thread
@@ -94,6 +96,7 @@ class Part:
     channels: tuple[Channel, ...]
     key: bytes
     timeout: float
+    lanes: tuple[nccl.Lane, ...] = ()  # the channels that go by NCCL where both ends can (_nccl)
 
     def attach(self, member: Member, control: Any) -> None:
         """In a remote process: take part in the plane, from the control connection's ends."""
@@ -117,6 +120,7 @@ class Plane:
         self._threads: list[threading.Thread] = []
         self._outboxes: list[_Outbox] = []
         self._watchers: list[tuple[Output[Any], Any]] = []
+        self._lanes: dict[int, nccl.NcclLane] = {}  # the channels that go by NCCL, by tag
 
     def attach(self) -> None:
         self.member.on_go.append(self.start)
@@ -126,12 +130,19 @@ class Plane:
         """Forward the outputs read on other hosts; connect and receive on helper threads."""
         part, member = self.part, self.member
         outputs = member.forwarders.outputs
+        lanes = {lane.tag for lane in part.lanes}
         for channel in part.channels:
             if channel.writer == part.rank:
-                outbox = _Outbox(channel, part.key)
-                self._outboxes.append(outbox)
                 port = outputs[channel.output]
-                watcher = _watcher(port, channel.output, outbox)
+                keeps = channel.tag in lanes and nccl.able()
+                outbox = _Outbox(channel, part.key, keeps=keeps)
+                self._outboxes.append(outbox)
+                if keeps and port._route is Route.HOST and not port._readers:
+                    # NOTE [ the NCCL lane and CUDA streams ]: its messages stay on its device
+                    # (as for a CUDA reader in its process); with a CPU reader there, the plan
+                    # gave no copy stream: its messages go through host memory (hosts.nccl-lane).
+                    port._route = Route.DEVICE
+                watcher = _watcher(port, channel.output, outbox, nccl.kept if keeps else split)
                 port._add_watcher(watcher)
                 self._watchers.append((port, watcher))
         self._spawn(self._connect, "mujou-plane-connect")
@@ -154,6 +165,8 @@ class Plane:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(JOIN_GRACE)
+        for lane in self._lanes.values():
+            lane.close()
 
     # -- the threads -------------------------------------------------------------------------
 
@@ -197,9 +210,34 @@ class Plane:
         self._group = distributed.ProcessGroupGloo(
             PrefixStore(part.prefix, store), part.rank, part.size, options
         )
+        if part.lanes and not self._open_lanes(store):
+            return
         self._ready.set()
         for outbox in self._outboxes:
-            outbox.connected(self._group)
+            outbox.connected(self._group, self._lanes.get(outbox.channel.tag))
+
+    def _open_lanes(self, store: Any) -> bool:
+        """Agree on this process's NCCL lanes with their other ends and make their groups, in
+        the order of the channels' tags (NOTE [ one NCCL communicator per channel ]). False,
+        with the run stopped, if one cannot be made."""
+        part = self.part
+        channels = {channel.tag: channel for channel in part.channels}
+        lanes_store = nccl.lane_store(store, part.prefix)
+        for lane in nccl.agreed(part.lanes, channels, part.rank, lanes_store):
+            channel = channels[lane.tag]
+            writer = channel.writer == part.rank
+            try:
+                made = nccl.NcclLane(lane, writer=writer, store=lanes_store, closing=self._closing)
+            except Exception as exc:
+                error = RuntimeError(
+                    f"output {channel.output!r} cannot cross by NCCL from rank {channel.writer} "
+                    f"(cuda:{lane.writer_device}) to rank {channel.reader} (cuda:{lane.reader_device}): "
+                    f"NCCL could not start on rank {part.rank}: {exc}"
+                )
+                self.member.engine.failed(NO_HOLDER, error)
+                return False
+            self._lanes[lane.tag] = made if writer else made.reader(part.rank)
+        return True
 
     def _wait_ready(self) -> bool:
         while not self._ready.wait(0.1):
@@ -218,6 +256,7 @@ class Plane:
         name, writer, tag = channel.output, channel.writer, channel.tag
         standin, publish = member.standins.ports[name], member.standins.publish
         incoming = Incoming(name, signer(self.part.key))
+        lane = self._lanes.get(tag)
         work = group.recv([incoming.buffer(ROOM)], writer, tag)
         fresh = fresh_settings()  # this thread's torch settings, read again after each update it runs
         while True:
@@ -225,6 +264,8 @@ class Plane:
             crossing = incoming.read()
             if incoming.kind == BYE:
                 return
+            if lane is not None and crossing is not None:  # its CUDA tensors by NCCL (_nccl)
+                crossing = lane.received(crossing)
             if crossing is not None and not (self._closing.is_set() or engine.ended):
                 _, tensors, rest, stamp, number = crossing
                 message, nest = (tensors[0], None) if rest is None else joined(tensors, rest)
@@ -235,6 +276,8 @@ class Plane:
                     else:  # the update it makes due, on this thread (hosts.receiver-runs-updates)
                         lender.received(standin, fresh)
                         fresh = fresh_settings()
+                if lane is not None:  # off the hand-off's path: after the update it ran
+                    lane.count()
             work = group.recv([incoming.buffer(incoming.room)], writer, tag)
 
 
@@ -244,8 +287,10 @@ class _Outbox:
     mailbox that the channel's sender thread empties; that thread also waits for each send to
     complete, so that the next may go out at once."""
 
-    def __init__(self, channel: Channel, key: bytes) -> None:
+    def __init__(self, channel: Channel, key: bytes, *, keeps: bool = False) -> None:
         self.channel = channel
+        self._keeps = keeps  # its messages keep their CUDA tensors (_nccl.kept)
+        self._lane: nccl.NcclLane | None = None  # its NCCL lane, once connected, if it has one
         self._sign = signer(key)
         self._outgoing = Outgoing(self._sign)
         self._condition = threading.Condition()
@@ -257,9 +302,10 @@ class _Outbox:
         self._closed = False
         self._room = ROOM  # the room of the receive the reader has posted for the next message
 
-    def connected(self, group: Any) -> None:
+    def connected(self, group: Any, lane: nccl.NcclLane | None = None) -> None:
         with self._condition:
             self._group = group
+            self._lane = lane
             self._condition.notify()
 
     def put(self, crossing: Crossing) -> None:
@@ -334,6 +380,13 @@ class _Outbox:
         their tensors until they completed."""
         group, reader, tag = self._group, self.channel.reader, self.channel.tag
         outgoing = self._outgoing
+        on_device: list[Any] = []
+        if self._keeps:  # the lane's message, or the message through host memory after all
+            lane = self._lane
+            if lane is None:
+                crossing = nccl.on_host(crossing)
+            else:
+                crossing, on_device = lane.outgoing(crossing)
         _, tensors, rest, stamp, number = crossing
         if rest is None and len(tensors) == 1:  # a bare tensor: the hot path, if of the last layout
             again = outgoing.encode_again(tensors[0], stamp, number)
@@ -346,12 +399,15 @@ class _Outbox:
             works.append(group.send([control(GROW, self._sign, self._room)], reader, tag))
         self._room = next_room(size, self._room)
         works.append(group.send([outgoing.encode(self._room)], reader, tag))
+        if on_device:  # after its Gloo message: the reader posts its receives once it checked that
+            assert self._lane is not None
+            works.extend(self._lane.send(on_device))
         return works
 
 
-def _watcher(port: Output[Any], name: str, outbox: _Outbox) -> Any:
+def _watcher(port: Output[Any], name: str, outbox: _Outbox, take: Any = split) -> Any:
     def forward(message: Any) -> None:
-        outbox.put(split(port, name))
+        outbox.put(take(port, name))
 
     return forward
 
@@ -393,6 +449,7 @@ class HostPlane:
         local = [name for name in placement.groups if name not in placement.hosts]
         self.channels = channels(remote, placement.outgoing, local)
         self.ranks = {name: i for i, name in enumerate(remote, start=1)}
+        self.lanes = nccl.plan_lanes(self.channels, *nccl.devices_of(placement, {"": 0, **self.ranks}))
         self.size = 1 + len(remote)
         self.prefix = secrets.token_hex(8)
         self.key = secrets.token_bytes(32)
@@ -405,7 +462,16 @@ class HostPlane:
         Plane(part, member, here=here, store_host=here, store=self.store).attach()
 
     def part(self, rank: int) -> Part:
-        return Part(self.store.port, self.prefix, rank, self.size, self.channels, self.key, self.timeout)
+        return Part(
+            self.store.port, self.prefix, rank, self.size, self.channels, self.key, self.timeout, self.lanes
+        )
+
+    def nccl_received(self) -> dict[str, int]:
+        """The messages each process (by name, the run's host's ``""``) received by NCCL so far
+        (hosts.stats); empty if no channel may go by NCCL."""
+        if not self.lanes:
+            return {}
+        return nccl.counts(nccl.lane_store(self.store, self.prefix), {"": 0, **self.ranks})
 
 
 def _route_to(address: str) -> str:
