@@ -58,7 +58,14 @@ Faults: every wait on NCCL here is a poll of ``is_completed()`` that also ends w
 closes: the control plane bounds a lost host (hosts.lost), and the plane's close then aborts
 the channel's group, which ends any NCCL operation still posted. The groups' own timeout is
 that of the Gloo group's operations (a day): NCCL's watchdog would otherwise take a process
-down after its timeout while a reader merely does not read.
+down after its timeout while a reader merely does not read. One fault is not Mujou's to bound:
+an NCCL operation in flight when the other end dies may fail with NCCL's remote error, and
+PyTorch's watchdog then, by default (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``), ends the process
+that posted it rather than raising in it. Most of the time no operation is in flight (the
+receiver waits for the next header on Gloo), so the control plane's hosts.lost holds; a program
+that must survive such a death on the run's host sets ``TORCH_NCCL_ASYNC_ERROR_HANDLING=2``
+there (abort the communicator only: the wait here then raises, as Gloo's does). Mujou sets no
+such variable (settings.process-wide-untouched).
 """
 
 from __future__ import annotations
