@@ -22,9 +22,10 @@ import mujou
 from mujou import HostStats
 from mujou._hosts import _nccl as nccl
 from mujou._hosts import _plane_wire as wire
-from mujou._hosts._plane import Channel
+from mujou._hosts._plane import Channel, _Outbox
 from mujou._stats import NodeStats, host_stats
 
+KEY = b"k" * 32
 CUDA0, CUDA1, CPU = torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cpu")
 CHANNELS = (Channel("cam.frame", 1, 2, 0), Channel("cam.frame", 1, 0, 1), Channel("pol.act", 0, 1, 2))
 
@@ -282,3 +283,52 @@ def test_a_lane_that_cannot_start_stops_the_run_naming_the_output_ranks_and_devi
         run.wait_for(sender.a, lambda message: False, timeout=HANG_GUARD)
     assert reader.seen == []
     host.wait_no_group_process()
+
+
+class OrderedGroup(FakeGroup):
+    """A fake group that notes in ``log`` what it sent, under ``name``."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        super().__init__()
+        self.name, self.log = name, log
+
+    def send(self, tensors: list[torch.Tensor], peer: int, tag: int) -> Any:
+        self.log.append(self.name)
+        return super().send(tensors, peer, tag)
+
+
+@pytest.mark.rule("hosts.nccl-lane", "hosts.nccl-fallback")
+def test_a_channel_on_a_lane_sends_its_signed_gloo_message_first_then_its_tensors_by_nccl() -> None:
+    """The sending side's hook (``_plane._Outbox``): on a lane, the Gloo message (no tensor
+    bytes in it) goes out before the NCCL sends, and the reader makes the message whole; a
+    channel planned for a lane whose ends did not both agree sends its message through Gloo as
+    before. Planted: the NCCL sends posted before the Gloo message (the order fails)."""
+    log: list[str] = []
+    gloo, lanes = OrderedGroup("gloo", log), OrderedGroup("nccl", log)
+    message = [torch.arange(6, dtype=torch.float64).reshape(2, 3), torch.tensor([1, 2], dtype=torch.int8)]
+    rest = (("skeleton", 0, 0), (0, 2))
+    outbox = _Outbox(Channel("out", 0, 1, 3), KEY, keeps=True)
+    outbox.connected(gloo, fake_lane(lanes))
+    outbox.put(("out", message, rest, 0.5, 4))
+    assert log == ["gloo", "nccl", "nccl"], log
+    (payload,) = gloo.sent
+    incoming = wire.Incoming("out", wire.signer(KEY))
+    incoming.buffer(wire.ROOM)[: payload.numel()] = payload
+    read = incoming.read()
+    assert read is not None and read[1] == [], read  # no tensor's bytes in the Gloo message
+    _, tensors, got_rest, stamp, number = fake_lane(lanes).received(read)
+    assert (got_rest, stamp, number) == (rest, 0.5, 4)
+    assert all(torch.equal(a, b) for a, b in zip(tensors, message, strict=True)), tensors
+    outbox.close()
+    # No lane agreed: the message goes through Gloo whole, as on any channel.
+    log.clear()
+    plain = _Outbox(Channel("out", 0, 1, 3), KEY, keeps=True)
+    gloo = OrderedGroup("gloo", log)
+    plain.connected(gloo, None)
+    plain.put(("out", [message[0]], None, 0.5, 5))
+    assert log == ["gloo"], log
+    incoming = wire.Incoming("out", wire.signer(KEY))
+    incoming.buffer(wire.ROOM)[: gloo.sent[0].numel()] = gloo.sent[0]
+    read = incoming.read()
+    assert read is not None and read[2] is None and torch.equal(read[1][0], message[0]), read
+    plain.close()
