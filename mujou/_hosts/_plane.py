@@ -165,7 +165,7 @@ class Plane:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(JOIN_GRACE)
-        for lane in self._lanes.values():
+        for lane in list(self._lanes.values()):  # the connecting thread closes any it makes after
             lane.close()
 
     # -- the threads -------------------------------------------------------------------------
@@ -237,6 +237,9 @@ class Plane:
                 self.member.engine.failed(NO_HOLDER, error)
                 return False
             self._lanes[lane.tag] = made if writer else made.reader(part.rank)
+            if self._closing.is_set():  # closed while it was made: close() may not have seen it
+                made.close()
+                return False
         return True
 
     def _wait_ready(self) -> bool:
