@@ -45,6 +45,20 @@ def test_a_channel_goes_by_nccl_when_its_writer_and_every_reader_there_are_on_cu
     assert nccl.plan_lanes(CHANNELS, writers, {}) == ()  # no reader known there: none
 
 
+def test_the_devices_of_a_placement_are_each_outputs_node_and_each_ranks_readers() -> None:
+    """``devices_of``: what ``plan_lanes`` is given on the run's host, from the placement."""
+    from mujou._processes._placement import check_processes
+
+    sender, reader, other = Sender(), Reader(), Reader()
+    net = Bag(sender=sender, reader=reader, other=other)
+    net.connect(sender.a, reader.a)
+    net.connect(sender.c, other.a)
+    placement = check_processes(list(net.nodes()), {"far": sender, "there": other})
+    writers, readers = nccl.devices_of(placement, {"": 0, "far": 1, "there": 2})
+    assert writers == {"sender.a": CPU, "sender.c": CPU}, writers
+    assert readers == {("sender.a", 0): [CPU], ("sender.c", 2): [CPU]}, readers
+
+
 @pytest.mark.rule("hosts.nccl-fallback")
 def test_a_lane_goes_by_nccl_only_where_both_ends_can() -> None:
     """> [...] where either end's process cannot run NCCL [...] the channel goes through host
