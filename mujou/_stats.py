@@ -56,7 +56,7 @@ class HostStats:
         lateness_p99: The largest ``lateness_p99`` of those nodes.
         lateness_max: The largest ``lateness_max`` of those nodes.
         nccl_messages: The messages its processes received by NCCL, device to device
-            (hosts.nccl-lane), so far in the run.
+            (hosts.nccl-lane), so far in the run: each counted once its NCCL sends completed.
     """
 
     address: str

@@ -22,7 +22,7 @@ import mujou
 from mujou import HostStats
 from mujou._hosts import _nccl as nccl
 from mujou._hosts import _plane_wire as wire
-from mujou._hosts._plane import Channel, _Outbox
+from mujou._hosts._plane import Channel, _LaneOutbox
 from mujou._stats import NodeStats, host_stats
 
 KEY = b"k" * 32
@@ -85,6 +85,11 @@ class FakeStore:
     def get(self, key: str) -> bytes:
         return self.values[key]
 
+    def add(self, key: str, amount: int) -> int:
+        value = int(self.values.get(key, 0)) + amount
+        self.values[key] = value  # type: ignore[assignment]  # a count, as the real store keeps it
+        return value
+
 
 @pytest.mark.rule("hosts.nccl-fallback")
 def test_without_nccl_here_every_lane_goes_through_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,10 +148,9 @@ def fake_lane(group: FakeGroup) -> nccl.NcclLane:
     lane.stream = None  # type: ignore[assignment]  # torch.cuda.stream(None) does nothing
     lane.group = group
     lane._closing = threading.Event()
-    lane._store = None
-    lane._key = ""
-    lane.received_count = 0
-    lane._uncounted = 0
+    lane._store = FakeStore(**{"nccl-sent/1": b"0"})
+    lane._key = "nccl-sent/1"
+    lane.sent_count = 0
     return lane
 
 
@@ -182,7 +186,10 @@ def test_a_lane_message_crosses_whole_its_header_checked_before_its_tensors_are_
     for sent, came in zip(tensors, got, strict=True):
         assert came.dtype == sent.dtype and came.shape == sent.shape, (sent, came)
         assert torch.equal(came, sent.resolve_conj()), (sent, came)
-    assert reader._uncounted == 1
+    for work in works:
+        work.wait()
+    assert sender.sent_count == 1 and reader.sent_count == 0  # counted once a message, by its sender
+    assert sender._store.values["nccl-sent/1"] == 1
 
 
 @pytest.mark.rule("hosts.nccl-lane")
@@ -321,8 +328,9 @@ def test_a_channel_on_a_lane_sends_its_signed_gloo_message_first_then_its_tensor
     gloo, lanes = OrderedGroup("gloo", log), OrderedGroup("nccl", log)
     message = [torch.arange(6, dtype=torch.float64).reshape(2, 3), torch.tensor([1, 2], dtype=torch.int8)]
     rest = (("skeleton", 0, 0), (0, 2))
-    outbox = _Outbox(Channel("out", 0, 1, 3), KEY, keeps=True)
-    outbox.connected(gloo, fake_lane(lanes))
+    outbox = _LaneOutbox(Channel("out", 0, 1, 3), KEY)
+    outbox.lane = fake_lane(lanes)
+    outbox.connected(gloo)
     outbox.put(("out", message, rest, 0.5, 4))
     assert log == ["gloo", "nccl", "nccl"], log
     (payload,) = gloo.sent
@@ -331,14 +339,16 @@ def test_a_channel_on_a_lane_sends_its_signed_gloo_message_first_then_its_tensor
     read = incoming.read()
     assert read is not None and read[1] == [], read  # no tensor's bytes in the Gloo message
     _, tensors, got_rest, stamp, number = fake_lane(lanes).received(read)
+    bare = ("out", [message[0]], None, 0.5, 5)
+    assert fake_lane(lanes).received(bare) is bare  # a bare tensor went whole over Gloo
     assert (got_rest, stamp, number) == (rest, 0.5, 4)
     assert all(torch.equal(a, b) for a, b in zip(tensors, message, strict=True)), tensors
     outbox.close()
     # No lane agreed: the message goes through Gloo whole, as on any channel.
     log.clear()
-    plain = _Outbox(Channel("out", 0, 1, 3), KEY, keeps=True)
+    plain = _LaneOutbox(Channel("out", 0, 1, 3), KEY)
     gloo = OrderedGroup("gloo", log)
-    plain.connected(gloo, None)
+    plain.connected(gloo)
     plain.put(("out", [message[0]], None, 0.5, 5))
     assert log == ["gloo"], log
     incoming = wire.Incoming("out", wire.signer(KEY))

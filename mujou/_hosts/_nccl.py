@@ -74,7 +74,7 @@ import contextlib
 import datetime
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,12 +186,12 @@ def lane_store(store: Any, prefix: str) -> Any:
 
 
 def count_key(rank: int) -> str:
-    """The store's key of the count of messages received by NCCL on ``rank`` (hosts.stats)."""
-    return f"nccl-received/{rank}"
+    """The store's key of the count of messages sent to ``rank`` by NCCL (hosts.stats)."""
+    return f"nccl-sent/{rank}"
 
 
 def counts(store: Any, ranks: Mapping[str, int]) -> dict[str, int]:
-    """The messages each process (by name) received by NCCL so far, from the plane's store."""
+    """The messages sent to each process (by name) by NCCL so far, from the plane's store."""
     return {process: int(store.add(count_key(rank), 0)) for process, rank in ranks.items()}
 
 
@@ -210,6 +210,16 @@ def kept(port: Any, name: str) -> Crossing:
     tensors = [_kept(nest.leaves[i], device) for i in positions]
     holes = [0 if isinstance(leaf, torch.Tensor) else leaf for leaf in nest.leaves]
     return name, tensors, (rebuild(nest.spec, holes), positions), stamp, number
+
+
+def watcher(port: Any, name: str, put: Callable[[Crossing], None]) -> Callable[[Any], None]:
+    """The watcher that forwards each message of ``port`` (named ``name``) to a lane's
+    channel (``put``), its CUDA tensors kept on the node's device (``kept``)."""
+
+    def forward(message: Any) -> None:
+        put(kept(port, name))
+
+    return forward
 
 
 def _kept(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -234,16 +244,18 @@ class NcclLane:
         from the channel's receiver thread. See NOTE [ one NCCL communicator per channel ].
     """
 
-    def __init__(self, lane: Lane, *, writer: bool, store: Any, closing: threading.Event) -> None:
+    def __init__(self, lane: Lane, *, reader: int | None, store: Any, closing: threading.Event) -> None:
+        """This process's end of ``lane``: the writer's, with the reader's rank (``reader``:
+        the sends are counted under its key), or the reader's (None)."""
         from torch import distributed
 
         self.lane = lane
+        writer = reader is not None
         self.device = torch.device("cuda", lane.writer_device if writer else lane.reader_device)
         self._closing = closing
         self._store = store
-        self._key = ""  # the count's key in the store, on the reader's end
-        self.received_count = 0  # the messages received by NCCL and counted in the store
-        self._uncounted = 0  # those received since, not counted yet
+        self._key = "" if reader is None else count_key(reader)  # the writer's: its count's in the store
+        self.sent_count = 0  # the writer's: the messages whose NCCL sends completed, counted
         process_group: Any = getattr(distributed, "ProcessGroupNCCL")  # noqa: B009  # absent without NCCL
         options = process_group.Options()
         options._timeout = OPERATION_TIMEOUT
@@ -254,11 +266,6 @@ class NcclLane:
                 PrefixStore(f"group/{lane.tag}/", store), 0 if writer else 1, 2, options
             )
             self.group.eager_connect_single_device(self.device)  # fails here, at the start, if it cannot
-
-    def reader(self, rank: int) -> NcclLane:
-        """This end reads: count what it receives under ``rank``'s key of the store."""
-        self._key = count_key(rank)
-        return self
 
     # -- the sender's end --------------------------------------------------------------------
 
@@ -286,22 +293,44 @@ class NcclLane:
         return (name, host, (structure, ()), stamp, number), device
 
     def send(self, tensors: Sequence[torch.Tensor]) -> list[Completion]:
-        """Post an NCCL send of each of ``tensors``' bytes to the reader; what to wait for."""
+        """Post an NCCL send of each of ``tensors``' bytes to the reader; what to wait for
+        (the sender thread, which counts the message once its last send completed)."""
         works = []
         with torch.cuda.stream(self.stream):
             for tensor in tensors:
                 if tensor.numel():
                     works.append(Completion(self.group.send([_bytes(tensor)], 1, 0), self))
+        if works:
+            works[-1].counts = True
         return works
 
+    def _count(self) -> None:
+        """A message's NCCL sends completed: count it in the plane's store, which
+        ``run.stats()`` reads on the run's host (hosts.stats): a round trip to the store, on
+        the sender thread, off the hand-off's path."""
+        self._store.add(self._key, 1)
+        self.sent_count += 1
+
     # -- the reader's end --------------------------------------------------------------------
+
+    def reading(self, read: Callable[[], Crossing | None]) -> Callable[[], Crossing | None]:
+        """``read`` (``_plane_wire.Incoming.read``: the checked Gloo message), then the
+        message made whole by ``received``."""
+        received = self.received
+
+        def read_whole() -> Crossing | None:
+            crossing = read()
+            return None if crossing is None else received(crossing)
+
+        return read_whole
 
     def received(self, crossing: Crossing) -> Crossing:
         """The message whose checked Gloo message is ``crossing``: its CUDA tensors received by
         NCCL onto this end's device (allocated from the signed dtypes and shapes), once they
-        are complete."""
+        are complete. A bare tensor carries no placed tensors (it went whole over Gloo)."""
         name, host, rest, stamp, number = crossing
-        assert rest is not None, "a message on a lane carries its placed tensors"
+        if rest is None:
+            return crossing
         structure: Placed = rest[0]
         placed, inner = structure
         made: list[tuple[int, torch.Tensor]] = []
@@ -318,18 +347,7 @@ class NcclLane:
         tensors = list(host)
         for place, tensor in made:
             tensors.insert(place, tensor)
-        if placed:
-            self._uncounted += 1
         return name, tensors, inner, stamp, number
-
-    def count(self) -> None:
-        """Add the messages received by NCCL since the last call to this process's count in
-        the plane's store, which ``run.stats()`` reads on the run's host (hosts.stats): a
-        round trip to the store, after the message was published."""
-        if self._uncounted and self._key:
-            self._store.add(self._key, self._uncounted)
-            self.received_count += self._uncounted
-            self._uncounted = 0
 
     def close(self) -> None:
         """End the group: any operation still posted ends (the plane's threads are gone or
@@ -341,11 +359,12 @@ class NcclLane:
 class Completion:
     """One NCCL operation to wait for: a poll of its end that also ends when the plane closes."""
 
-    __slots__ = ("_lane", "_work")
+    __slots__ = ("_lane", "_work", "counts")
 
     def __init__(self, work: Any, lane: NcclLane) -> None:
         self._work = work
         self._lane = lane
+        self.counts = False  # the last send of a message: count the message once it completed
 
     def wait(self) -> None:
         """Return once the operation completed (raise its error, if it failed); raise
@@ -357,6 +376,8 @@ class Completion:
             time.sleep(POLL)
         with torch.cuda.stream(self._lane.stream):
             work.wait()  # raises its error; else gives the tensors back to the allocator
+        if self.counts:
+            self._lane._count()
 
 
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:

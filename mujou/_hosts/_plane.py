@@ -134,15 +134,18 @@ class Plane:
         for channel in part.channels:
             if channel.writer == part.rank:
                 port = outputs[channel.output]
-                keeps = channel.tag in lanes and nccl.able()
-                outbox = _Outbox(channel, part.key, keeps=keeps)
+                if channel.tag in lanes and nccl.able():  # it may go by NCCL (_nccl)
+                    outbox: _Outbox = _LaneOutbox(channel, part.key)
+                    watcher = nccl.watcher(port, channel.output, outbox.put)
+                    if port._route is Route.HOST and not port._readers:
+                        # NOTE [ the NCCL lane and CUDA streams ]: its messages stay on its
+                        # device (as for a CUDA reader in its process); with a CPU reader there,
+                        # the plan gave no copy stream: they go through host memory.
+                        port._route = Route.DEVICE
+                else:
+                    outbox = _Outbox(channel, part.key)
+                    watcher = _watcher(port, channel.output, outbox)
                 self._outboxes.append(outbox)
-                if keeps and port._route is Route.HOST and not port._readers:
-                    # NOTE [ the NCCL lane and CUDA streams ]: its messages stay on its device
-                    # (as for a CUDA reader in its process); with a CPU reader there, the plan
-                    # gave no copy stream: its messages go through host memory (hosts.nccl-lane).
-                    port._route = Route.DEVICE
-                watcher = _watcher(port, channel.output, outbox, nccl.kept if keeps else split)
                 port._add_watcher(watcher)
                 self._watchers.append((port, watcher))
         self._spawn(self._connect, "mujou-plane-connect")
@@ -214,7 +217,9 @@ class Plane:
             return
         self._ready.set()
         for outbox in self._outboxes:
-            outbox.connected(self._group, self._lanes.get(outbox.channel.tag))
+            if isinstance(outbox, _LaneOutbox):
+                outbox.lane = self._lanes.get(outbox.channel.tag)
+            outbox.connected(self._group)
 
     def _open_lanes(self, store: Any) -> bool:
         """Agree on this process's NCCL lanes with their other ends and make their groups, in
@@ -225,9 +230,9 @@ class Plane:
         lanes_store = nccl.lane_store(store, part.prefix)
         for lane in nccl.agreed(part.lanes, channels, part.rank, lanes_store):
             channel = channels[lane.tag]
-            writer = channel.writer == part.rank
+            reader = channel.reader if channel.writer == part.rank else None
             try:
-                made = nccl.NcclLane(lane, writer=writer, store=lanes_store, closing=self._closing)
+                made = nccl.NcclLane(lane, reader=reader, store=lanes_store, closing=self._closing)
             except Exception as exc:
                 error = RuntimeError(
                     f"output {channel.output!r} cannot cross by NCCL from rank {channel.writer} "
@@ -236,7 +241,7 @@ class Plane:
                 )
                 self.member.engine.failed(NO_HOLDER, error)
                 return False
-            self._lanes[lane.tag] = made if writer else made.reader(part.rank)
+            self._lanes[lane.tag] = made
             if self._closing.is_set():  # closed while it was made: close() may not have seen it
                 made.close()
                 return False
@@ -259,16 +264,15 @@ class Plane:
         name, writer, tag = channel.output, channel.writer, channel.tag
         standin, publish = member.standins.ports[name], member.standins.publish
         incoming = Incoming(name, signer(self.part.key))
-        lane = self._lanes.get(tag)
+        lane = self._lanes.get(tag)  # its CUDA tensors by NCCL, once its Gloo message is read (_nccl)
+        read = incoming.read if lane is None else lane.reading(incoming.read)
         work = group.recv([incoming.buffer(ROOM)], writer, tag)
         fresh = fresh_settings()  # this thread's torch settings, read again after each update it runs
         while True:
             work.wait()
-            crossing = incoming.read()
+            crossing = read()
             if incoming.kind == BYE:
                 return
-            if lane is not None and crossing is not None:  # its CUDA tensors by NCCL (_nccl)
-                crossing = lane.received(crossing)
             if crossing is not None and not (self._closing.is_set() or engine.ended):
                 _, tensors, rest, stamp, number = crossing
                 message, nest = (tensors[0], None) if rest is None else joined(tensors, rest)
@@ -279,8 +283,6 @@ class Plane:
                     else:  # the update it makes due, on this thread (hosts.receiver-runs-updates)
                         lender.received(standin, fresh)
                         fresh = fresh_settings()
-                if lane is not None:  # off the hand-off's path: after the update it ran
-                    lane.count()
             work = group.recv([incoming.buffer(incoming.room)], writer, tag)
 
 
@@ -290,10 +292,8 @@ class _Outbox:
     mailbox that the channel's sender thread empties; that thread also waits for each send to
     complete, so that the next may go out at once."""
 
-    def __init__(self, channel: Channel, key: bytes, *, keeps: bool = False) -> None:
+    def __init__(self, channel: Channel, key: bytes) -> None:
         self.channel = channel
-        self._keeps = keeps  # its messages keep their CUDA tensors (_nccl.kept)
-        self._lane: nccl.NcclLane | None = None  # its NCCL lane, once connected, if it has one
         self._sign = signer(key)
         self._outgoing = Outgoing(self._sign)
         self._condition = threading.Condition()
@@ -305,10 +305,9 @@ class _Outbox:
         self._closed = False
         self._room = ROOM  # the room of the receive the reader has posted for the next message
 
-    def connected(self, group: Any, lane: nccl.NcclLane | None = None) -> None:
+    def connected(self, group: Any) -> None:
         with self._condition:
             self._group = group
-            self._lane = lane
             self._condition.notify()
 
     def put(self, crossing: Crossing) -> None:
@@ -383,13 +382,6 @@ class _Outbox:
         their tensors until they completed."""
         group, reader, tag = self._group, self.channel.reader, self.channel.tag
         outgoing = self._outgoing
-        on_device: list[Any] = []
-        if self._keeps:  # the lane's message, or the message through host memory after all
-            lane = self._lane
-            if lane is None:
-                crossing = nccl.on_host(crossing)
-            else:
-                crossing, on_device = lane.outgoing(crossing)
         _, tensors, rest, stamp, number = crossing
         if rest is None and len(tensors) == 1:  # a bare tensor: the hot path, if of the last layout
             again = outgoing.encode_again(tensors[0], stamp, number)
@@ -402,15 +394,32 @@ class _Outbox:
             works.append(group.send([control(GROW, self._sign, self._room)], reader, tag))
         self._room = next_room(size, self._room)
         works.append(group.send([outgoing.encode(self._room)], reader, tag))
-        if on_device:  # after its Gloo message: the reader posts its receives once it checked that
-            assert self._lane is not None
-            works.extend(self._lane.send(on_device))
         return works
 
 
-def _watcher(port: Output[Any], name: str, outbox: _Outbox, take: Any = split) -> Any:
+class _LaneOutbox(_Outbox):
+    """The sending side of a channel planned for an NCCL lane (``_nccl``): its messages keep
+    their CUDA tensors (``_nccl.watcher``); once connected, on the lane its ends agreed, each
+    goes as its Gloo message, then its CUDA tensors by NCCL (the reader posts its receives once
+    it checked that message); with no lane, through host memory as on any channel."""
+
+    def __init__(self, channel: Channel, key: bytes) -> None:
+        super().__init__(channel, key)
+        self.lane: nccl.NcclLane | None = None  # set before it is connected, if agreed
+
+    def _send(self, crossing: Crossing) -> list[Any]:
+        lane = self.lane
+        if lane is None:
+            return super()._send(nccl.on_host(crossing))
+        gloo, on_device = lane.outgoing(crossing)
+        works = super()._send(gloo)
+        works.extend(lane.send(on_device))
+        return works
+
+
+def _watcher(port: Output[Any], name: str, outbox: _Outbox) -> Any:
     def forward(message: Any) -> None:
-        outbox.put(take(port, name))
+        outbox.put(split(port, name))
 
     return forward
 
