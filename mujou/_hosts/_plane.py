@@ -264,10 +264,11 @@ class Plane:
         name, writer, tag = channel.output, channel.writer, channel.tag
         standin, publish = member.standins.ports[name], member.standins.publish
         incoming = Incoming(name, signer(self.part.key))
-        lane = self._lanes.get(tag)  # its CUDA tensors by NCCL, once its Gloo message is read (_nccl)
-        read = incoming.read if lane is None else lane.reading(incoming.read)
         work = group.recv([incoming.buffer(ROOM)], writer, tag)
         fresh = fresh_settings()  # this thread's torch settings, read again after each update it runs
+        read = incoming.read
+        if (lane := self._lanes.get(tag)) is not None:  # then its CUDA tensors by NCCL (_nccl)
+            read = lane.reading(read)
         while True:
             work.wait()
             crossing = read()
