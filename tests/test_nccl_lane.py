@@ -357,3 +357,25 @@ def test_a_channel_on_a_lane_sends_its_signed_gloo_message_first_then_its_tensor
     read = incoming.read()
     assert read is not None and read[2] is None and torch.equal(read[1][0], message[0]), read
     plain.close()
+
+
+class Pending:
+    """An NCCL operation that never completes (its peer is gone)."""
+
+    def is_completed(self) -> bool:
+        return False
+
+    def wait(self) -> bool:
+        raise AssertionError("waited for an operation that never completed")
+
+
+def test_a_wait_on_nccl_ends_once_the_plane_closed_for_its_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every wait is bounded: an operation in flight when the plane closes gets CLOSE_GRACE
+    to complete, then the wait raises (the control plane tells why the run stops). Planted:
+    the closing flag not looked at (the wait never ends: the hang guard fails the test)."""
+    monkeypatch.setattr(nccl, "CLOSE_GRACE", 0.05)
+    lane = fake_lane(FakeGroup())
+    lane._closing.set()
+    with hang_guard(HANG_GUARD), pytest.raises(RuntimeError, match=r"^the data plane closed during an NCCL"):
+        nccl.Completion(Pending(), lane).wait()
+    nccl.Completion(Done(), lane).wait()  # one that completed returns, closed or not

@@ -54,12 +54,13 @@ tensors' bytes are then in device memory, which any stream reads, so a reader's 
 the whole message on its own stream, and ``Input.read`` records that stream on the tensor
 (as for a message of its own process) so its memory is not reused before they are done.
 
-Faults: every wait on NCCL here is a poll of ``is_completed()`` that also ends when the plane
-closes: the control plane bounds a lost host (hosts.lost), and the plane's close then aborts
-the channel's group, which ends any NCCL operation still posted. The groups' own timeout is
-that of the Gloo group's operations (a day): NCCL's watchdog would otherwise take a process
-down after its timeout while a reader merely does not read. One fault is not Mujou's to bound:
-an NCCL operation in flight when the other end dies may fail with NCCL's remote error, and
+Faults: every wait on NCCL here is a poll of ``is_completed()`` that also ends once the plane
+has been closed for ``CLOSE_GRACE``: the control plane bounds a lost host (hosts.lost), and the
+plane's close then aborts the channel's group, which ends any NCCL operation still posted.
+The groups' own timeout is that of the Gloo group's operations (a day): NCCL's watchdog would
+otherwise take a process down after its timeout while a reader merely does not read. One
+fault is not Mujou's to bound: an NCCL operation in flight when the other end dies may fail
+with NCCL's remote error, and
 PyTorch's watchdog then, by default (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``), ends the process
 that posted it rather than raising in it. Most of the time no operation is in flight (the
 receiver waits for the next header on Gloo), so the control plane's hosts.lost holds; a program
@@ -85,6 +86,10 @@ from .._processes._wire import Crossing, Rest
 from ._plane_wire import DTYPES
 
 POLL = 50e-6  # real seconds between two looks at an NCCL operation's end (a transfer takes ms)
+# Real seconds an NCCL operation still in flight when the plane closes gets to complete, so that
+# the channel ends as a Gloo channel does (its sender says goodbye once its sends completed);
+# past it the operation's peer is taken for gone (the control plane reports why: hosts.lost).
+CLOSE_GRACE = 1.0
 OPERATION_TIMEOUT = datetime.timedelta(days=1)  # as the Gloo group's: never while the run runs
 _INDEX = {dtype: i for i, dtype in enumerate(DTYPES)}
 # The lane's part of a message's signed structure: each CUDA tensor's place among the message's
@@ -368,11 +373,16 @@ class Completion:
 
     def wait(self) -> None:
         """Return once the operation completed (raise its error, if it failed); raise
-        ``RuntimeError`` if the plane closes first."""
+        ``RuntimeError`` if it did not within ``CLOSE_GRACE`` of the plane's close."""
         work, closing = self._work, self._lane._closing
+        deadline = None
         while not work.is_completed():
             if closing.is_set():
-                raise RuntimeError("the data plane closed during an NCCL transfer")
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + CLOSE_GRACE
+                elif now > deadline:
+                    raise RuntimeError("the data plane closed during an NCCL transfer")
             time.sleep(POLL)
         with torch.cuda.stream(self._lane.stream):
             work.wait()  # raises its error; else gives the tensors back to the allocator
