@@ -379,3 +379,11 @@ def test_a_wait_on_nccl_ends_once_the_plane_closed_for_its_grace(monkeypatch: py
     with hang_guard(HANG_GUARD), pytest.raises(RuntimeError, match=r"^the data plane closed during an NCCL"):
         nccl.Completion(Pending(), lane).wait()
     nccl.Completion(Done(), lane).wait()  # one that completed returns, closed or not
+
+
+def test_a_lane_refuses_a_tensor_the_data_plane_cannot_carry() -> None:
+    """As the Gloo message does (``_plane_wire``): a sparse or quantized tensor, named."""
+    lane = fake_lane(FakeGroup())
+    sparse = torch.eye(2).to_sparse()
+    with pytest.raises(TypeError, match=r"^a tensor of dtype torch\.float32 and layout torch\.sparse_coo "):
+        lane.outgoing(("out", [sparse], None, 0.0, 1))

@@ -245,7 +245,7 @@ class NcclLane:
 
     .. note::
         ``send`` may be called from the sending node's thread and from the channel's sender
-        thread, never at once (``_plane._Outbox`` has one send in flight); ``received`` only
+        thread, never at once (one thread sends at a time: ``_plane._Outbox``); ``received`` only
         from the channel's receiver thread. See NOTE [ one NCCL communicator per channel ].
     """
 
@@ -284,9 +284,10 @@ class NcclLane:
         for place, tensor in enumerate(tensors):
             if tensor.device == self.device:
                 index = _INDEX.get(tensor.dtype)
-                if index is None:
+                if index is None or tensor.layout != torch.strided or tensor.is_quantized:
                     raise TypeError(
-                        f"a tensor of dtype {tensor.dtype} cannot cross hosts: the data plane takes "
+                        f"a tensor of dtype {tensor.dtype} and layout {tensor.layout} cannot cross "
+                        "hosts: the data plane takes "
                         "dense tensors of the dtypes "
                         + ", ".join(str(d).removeprefix("torch.") for d in DTYPES)
                     )
