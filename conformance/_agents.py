@@ -14,7 +14,7 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,12 @@ AGENT_START = 120.0  # real seconds an agent has to import torch and listen, on 
 class LocalHost:
     """One agent on loopback: its address, its process, the processes it started."""
 
-    def __init__(self, log: Path, *, secret: str = SECRET) -> None:
+    def __init__(self, log: Path, *, secret: str = SECRET, environ: Mapping[str, str] | None = None) -> None:
+        """``environ``: variables added to the agent's environment, which the processes it
+        starts inherit (such as a ``NCCL_HOSTID`` of the "host"'s own)."""
+        given = environ
         environ = checkout_environ(quiet=True)
+        environ.update(given or {})
         here = str(Path(__file__).resolve().parent)
         environ["PYTHONPATH"] = os.pathsep.join([environ["PYTHONPATH"], here])
         environ["MUJOU_SECRET"] = secret

@@ -65,3 +65,61 @@ class CudaPipeline(Net):
         self.connect(self.camera.frame, self.gpu.frame)
         self.connect(self.camera.frame, self.cpu.frame)
         self.connect(self.cpu.out, self.back.frame)
+
+
+class LaneCamera(Node):
+    """Periodic: a frame from its generator on its own device, sent bare and, in a nest, with
+    its number (so a reader that skipped frames knows which one it read)."""
+
+    frame = Output()
+    numbered: Output[dict[str, object]] = Output()
+
+    def __init__(self, device: str = "cuda", period: float = 0.01, seed: int = 3) -> None:
+        super().__init__(period=period, seed=seed, device=device)
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        self.count += 1
+        frame = torch.rand(4, generator=self.generator, device=self.device)
+        self.frame.send(frame)
+        self.numbered.send({"frame": frame * 2.0, "n": self.count})
+
+
+class LaneReader(Node):
+    """Triggered by the numbered frames: keeps each one's number and bits (as floats, exact for
+    float32), the bare frame's bits, and how many came on another device than its own."""
+
+    numbered: Input[dict[str, object]] = Input()
+    frame = Input()
+    seen_count = Output()
+
+    def __init__(self, device: str = "cuda") -> None:
+        super().__init__(trigger=on("numbered"), seed=1, device=device)
+        self.seen: list[tuple[int, list[float]]] = []
+        self.bare: list[list[float]] = []
+        self.off_device = 0
+
+    def on_update(self, dt: float) -> None:
+        numbered = self.numbered.read()
+        assert numbered is not None  # triggered by it
+        frame, n = numbered["frame"], numbered["n"]
+        assert isinstance(frame, torch.Tensor) and isinstance(n, int)
+        bare = self.frame.read()
+        for tensor in (frame, bare):
+            if tensor is not None and tensor.device != self.device:
+                self.off_device += 1
+        self.seen.append((n, frame.cpu().tolist()))
+        if bare is not None:
+            self.bare.append(bare.cpu().tolist())
+        self.seen_count.send(torch.tensor(len(self.seen)))
+
+
+class LanePair(Net):
+    """A CUDA camera and a CUDA reader of its bare and numbered frames (``gpu``: their device)."""
+
+    def __init__(self, gpu: str = "cuda") -> None:
+        super().__init__()
+        self.camera = LaneCamera(gpu)
+        self.reader = LaneReader(gpu)
+        self.connect(self.camera.frame, self.reader.frame)
+        self.connect(self.camera.numbered, self.reader.numbered)

@@ -1,6 +1,7 @@
 """Conformance tests for CUDA messages that leave their process: to another process
 (spec/en/processes.md, ``proc.transport``), to another host (spec/en/several-machines.md,
-``hosts.data-plane``), and into a recording and back out of it (spec/en/record-and-replay.md).
+``hosts.data-plane``; by NCCL from device to device under the real-time timer,
+``hosts.nccl-lane``), and into a recording and back out of it (spec/en/record-and-replay.md).
 
 Each places :class:`_cuda_nodes.CudaPipeline` (a CUDA camera, a CUDA and a CPU follower of it,
 and a CUDA node that reads the CPU one) and checks, under the virtual timer, that the run gives
@@ -18,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 from _agents import SECRET, LocalHost
-from _cuda_nodes import CudaPipeline
-from _support import HANG_GUARD, assert_same, hang_guard, vt
+from _cuda_nodes import CudaPipeline, LanePair
+from _support import HANG_GUARD, assert_same, hang_guard, vt, wait_until
 
 import mujou
 
@@ -117,6 +118,97 @@ def test_cuda_messages_cross_hosts_onto_each_readers_device(host: LocalHost, gpu
     assert_on_their_devices(placed)
     assert_same_run(alone(gpu), placed)
     host.wait_no_group_process()
+
+
+@pytest.fixture(scope="module")
+def gpu_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalHost, LocalHost]]:
+    """Two local "hosts" that NCCL takes for two machines though they share this one's GPUs:
+    each agent, and every process it starts, has an ``NCCL_HOSTID`` of its own (without it NCCL
+    refuses two processes on one GPU: "Duplicate GPU detected"). Mujou sets no such variable."""
+    logs = tmp_path_factory.mktemp("nccl-agents")
+    first = LocalHost(logs / "a.log", environ={"NCCL_HOSTID": "mujou-test-host-a"})
+    try:
+        second = LocalHost(logs / "b.log", environ={"NCCL_HOSTID": "mujou-test-host-b"})
+    except BaseException:
+        first.close()
+        raise
+    yield first, second
+    first.close()
+    second.close()
+
+
+LANE_FRAMES = 20  # numbered frames the reader on the other host reads, at least
+
+
+@pytest.mark.rule("hosts.nccl-lane", "hosts.nccl-streams", "hosts.stats", "devices.messages-on-node-device")
+def test_cuda_messages_cross_hosts_by_nccl_onto_the_readers_device(
+    gpu_hosts: tuple[LocalHost, LocalHost], gpu: str = "cuda"
+) -> None:
+    """> [...] a message on an output whose node is on a CUDA device, read on another host only
+    by nodes on CUDA devices there, goes from device to device over NCCL [...]. A CUDA camera on
+    one host and a CUDA reader of its bare and numbered frames on another, under the real-time
+    timer: every frame the reader read is, bit for bit, the frame of that number in one
+    process, on the reader's device, never an older one; and the reader's host counts the
+    messages it received by NCCL."""
+    if gpu == "cuda" and not torch.distributed.is_nccl_available():
+        pytest.skip("needs NCCL; this torch is built without it")
+    first, second = gpu_hosts
+    net = LanePair(gpu)
+    processes = {
+        "camera": mujou.OnHost(net.camera, first.address, secret=SECRET),
+        "reader": mujou.OnHost(net.reader, second.address, secret=SECRET),
+    }
+    with hang_guard(HANG_GUARD), mujou.run(net, workers=2, processes=processes) as run:
+        run.wait_for(net.reader.seen_count, lambda count: int(count) >= LANE_FRAMES, timeout=HANG_GUARD)
+        tree = run.state_dict()["reader"]
+        seen, bare = tree["seen"], tree["bare"]
+        if gpu == "cuda":  # counted once each is published: at least the numbered ones it read
+            wait_until(
+                lambda: run.stats().hosts[second.address].nccl_messages >= len(seen),
+                "the reader's host to count its NCCL messages",
+            )
+        hosts = run.stats().hosts
+    assert tree["off_device"] == 0, tree["off_device"]
+    numbers = [n for n, _ in seen]
+    assert numbers == sorted(set(numbers)), numbers  # never an older message
+    assert hosts[first.address].nccl_messages == hosts[""].nccl_messages == 0, hosts
+    with hang_guard(HANG_GUARD), mujou.run(alone := LanePair(gpu), timer=vt(), workers=2) as run:
+        run.wait_for(alone.reader.seen_count, lambda count: int(count) >= max(numbers))
+        reference = run.state_dict()["reader"]
+    numbered = {n: bits for n, bits in reference["seen"]}
+    for n, bits in seen:
+        assert_same(bits, numbered[n], f"frame {n}")
+    frames = [tuple(bits) for bits in reference["bare"]]
+    assert all(tuple(bits) in frames for bits in bare), (bare, frames)
+    first.wait_no_group_process()
+    second.wait_no_group_process()
+
+
+@pytest.mark.rule("hosts.nccl-fallback", "devices.messages-on-node-device", "cuda.cpu-readers-get-cpu-copy")
+def test_a_cuda_output_with_a_cpu_reader_on_the_other_host_crosses_through_host_memory(
+    gpu_hosts: tuple[LocalHost, LocalHost], gpu: str = "cuda"
+) -> None:
+    """> [...] and for an output that a node on the CPU reads on the reader's host, the message
+    goes through host memory [...], and its reader finds it on its own device. The CUDA camera
+    on one host, read there by a CUDA and a CPU follower on another, under the real-time timer:
+    each follower finds every frame on its own device, and no message went by NCCL."""
+    first, second = gpu_hosts
+    net = CudaPipeline(gpu)
+    processes = {
+        "camera": mujou.OnHost(net.camera, first.address, secret=SECRET),
+        "followers": mujou.OnHost([net.gpu, net.cpu, net.back], second.address, secret=SECRET),
+    }
+    with hang_guard(HANG_GUARD), mujou.run(net, workers=2, processes=processes) as run:
+        for follower in (net.gpu, net.cpu, net.back):
+            run.wait_for(follower.out, timeout=HANG_GUARD)
+        tree = run.state_dict()
+        hosts = run.stats().hosts
+    for name in ("gpu", "cpu", "back"):
+        assert tree[name]["off_device"] == 0, (name, tree[name]["off_device"])
+        assert tree[name]["stamps"], name
+    assert [host.nccl_messages for host in hosts.values()] == [0, 0, 0], hosts
+    first.wait_no_group_process()
+    second.wait_no_group_process()
 
 
 @pytest.mark.rule("record.channels", "record.encoding", "replay.replaced", "replay.identical")

@@ -55,6 +55,8 @@ class HostStats:
         lateness_p50: The largest ``lateness_p50`` of those nodes.
         lateness_p99: The largest ``lateness_p99`` of those nodes.
         lateness_max: The largest ``lateness_max`` of those nodes.
+        nccl_messages: The messages its processes received by NCCL, device to device
+            (hosts.nccl-lane), so far in the run: each counted once its NCCL sends completed.
     """
 
     address: str
@@ -63,6 +65,7 @@ class HostStats:
     lateness_p50: float
     lateness_p99: float
     lateness_max: float
+    nccl_messages: int = 0
 
 
 @dataclass(frozen=True, repr=False)
@@ -146,10 +149,15 @@ def duration(seconds: float) -> str:
 
 
 def host_stats(
-    nodes: Mapping[str, NodeStats], where: Mapping[str, str], offsets: Mapping[str, float]
+    nodes: Mapping[str, NodeStats],
+    where: Mapping[str, str],
+    offsets: Mapping[str, float],
+    nccl: Mapping[str, int] | None = None,
 ) -> dict[str, HostStats]:
     """Each host's figures: ``where`` gives each node's host (an agent's address, ``""`` for
-    the run's), ``offsets`` each remote host's clock offset."""
+    the run's), ``offsets`` each remote host's clock offset, ``nccl`` the messages each host
+    received by NCCL."""
+    nccl = nccl or {}
     names: dict[str, list[str]] = {"": []}
     for name in nodes:
         names.setdefault(where.get(name, ""), []).append(name)
@@ -161,6 +169,7 @@ def host_stats(
             lateness_p50=max((nodes[n].lateness_p50 for n in own), default=0.0),
             lateness_p99=max((nodes[n].lateness_p99 for n in own), default=0.0),
             lateness_max=max((nodes[n].lateness_max for n in own), default=0.0),
+            nccl_messages=nccl.get(address, 0),
         )
         for address, own in names.items()
     }

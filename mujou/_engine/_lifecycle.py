@@ -309,6 +309,15 @@ class Engine(Instants):
             self._end()
         self.deliver()
 
+    def failed(self, holder: int, error: BaseException) -> None:
+        """Thread ``holder`` of Mujou's found that the run cannot go on, for a reason the user
+        can act on (not a bug of Mujou's, as ``crashed`` says): stop the run, which raises
+        ``error`` as it is."""
+        with self.lock:
+            if self.policy.thread_crashed(holder, error, exits=False):
+                self._end()
+            self.deliver()
+
     def thread_exited(self) -> None:
         """With the lock held, a thread exits."""
         if self.policy.thread_exited():

@@ -67,6 +67,8 @@ from .._engine._lend import fresh_settings
 from .._ports import Output
 from .._processes._member import Member
 from .._processes._wire import NO_HOLDER, Crossing, joined, split
+from .._routing import Route
+from . import _nccl as nccl
 from ._plane_wire import BYE, GROW, ROOM, Incoming, Outgoing, control, next_room, signer
 
 JOIN_GRACE = 2.0  # real seconds the end of the run waits for each plane thread
@@ -94,6 +96,7 @@ class Part:
     channels: tuple[Channel, ...]
     key: bytes
     timeout: float
+    lanes: tuple[nccl.Lane, ...] = ()  # the channels that go by NCCL where both ends can (_nccl)
 
     def attach(self, member: Member, control: Any) -> None:
         """In a remote process: take part in the plane, from the control connection's ends."""
@@ -117,6 +120,7 @@ class Plane:
         self._threads: list[threading.Thread] = []
         self._outboxes: list[_Outbox] = []
         self._watchers: list[tuple[Output[Any], Any]] = []
+        self._lanes: dict[int, nccl.NcclLane] = {}  # the channels that go by NCCL, by tag
 
     def attach(self) -> None:
         self.member.on_go.append(self.start)
@@ -126,12 +130,22 @@ class Plane:
         """Forward the outputs read on other hosts; connect and receive on helper threads."""
         part, member = self.part, self.member
         outputs = member.forwarders.outputs
+        lanes = {lane.tag for lane in part.lanes}
         for channel in part.channels:
             if channel.writer == part.rank:
-                outbox = _Outbox(channel, part.key)
-                self._outboxes.append(outbox)
                 port = outputs[channel.output]
-                watcher = _watcher(port, channel.output, outbox)
+                if channel.tag in lanes and nccl.able():  # it may go by NCCL (_nccl)
+                    outbox: _Outbox = _LaneOutbox(channel, part.key)
+                    watcher = nccl.watcher(port, channel.output, outbox.put)
+                    if port._route is Route.HOST and not port._readers:
+                        # NOTE [ the NCCL lane and CUDA streams ]: its messages stay on its
+                        # device (as for a CUDA reader in its process); with a CPU reader there,
+                        # the plan gave no copy stream: they go through host memory.
+                        port._route = Route.DEVICE
+                else:
+                    outbox = _Outbox(channel, part.key)
+                    watcher = _watcher(port, channel.output, outbox)
+                self._outboxes.append(outbox)
                 port._add_watcher(watcher)
                 self._watchers.append((port, watcher))
         self._spawn(self._connect, "mujou-plane-connect")
@@ -154,6 +168,8 @@ class Plane:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(JOIN_GRACE)
+        for lane in list(self._lanes.values()):  # the connecting thread closes any it makes after
+            lane.close()
 
     # -- the threads -------------------------------------------------------------------------
 
@@ -197,9 +213,39 @@ class Plane:
         self._group = distributed.ProcessGroupGloo(
             PrefixStore(part.prefix, store), part.rank, part.size, options
         )
+        if part.lanes and not self._open_lanes(store):
+            return
         self._ready.set()
         for outbox in self._outboxes:
+            if isinstance(outbox, _LaneOutbox):
+                outbox.lane = self._lanes.get(outbox.channel.tag)
             outbox.connected(self._group)
+
+    def _open_lanes(self, store: Any) -> bool:
+        """Agree on this process's NCCL lanes with their other ends and make their groups, in
+        the order of the channels' tags (NOTE [ one NCCL communicator per channel ]). False,
+        with the run stopped, if one cannot be made."""
+        part = self.part
+        channels = {channel.tag: channel for channel in part.channels}
+        lanes_store = nccl.lane_store(store, part.prefix)
+        for lane in nccl.agreed(part.lanes, channels, part.rank, lanes_store):
+            channel = channels[lane.tag]
+            reader = channel.reader if channel.writer == part.rank else None
+            try:
+                made = nccl.NcclLane(lane, reader=reader, store=lanes_store, closing=self._closing)
+            except Exception as exc:
+                error = RuntimeError(
+                    f"output {channel.output!r} cannot cross by NCCL from rank {channel.writer} "
+                    f"(cuda:{lane.writer_device}) to rank {channel.reader} (cuda:{lane.reader_device}): "
+                    f"NCCL could not start on rank {part.rank}: {exc}"
+                )
+                self.member.engine.failed(NO_HOLDER, error)
+                return False
+            self._lanes[lane.tag] = made
+            if self._closing.is_set():  # closed while it was made: close() may not have seen it
+                made.close()
+                return False
+        return True
 
     def _wait_ready(self) -> bool:
         while not self._ready.wait(0.1):
@@ -220,9 +266,12 @@ class Plane:
         incoming = Incoming(name, signer(self.part.key))
         work = group.recv([incoming.buffer(ROOM)], writer, tag)
         fresh = fresh_settings()  # this thread's torch settings, read again after each update it runs
+        read = incoming.read
+        if (lane := self._lanes.get(tag)) is not None:  # then its CUDA tensors by NCCL (_nccl)
+            read = lane.reading(read)
         while True:
             work.wait()
-            crossing = incoming.read()
+            crossing = read()
             if incoming.kind == BYE:
                 return
             if crossing is not None and not (self._closing.is_set() or engine.ended):
@@ -349,6 +398,26 @@ class _Outbox:
         return works
 
 
+class _LaneOutbox(_Outbox):
+    """The sending side of a channel planned for an NCCL lane (``_nccl``): its messages keep
+    their CUDA tensors (``_nccl.watcher``); once connected, on the lane its ends agreed, each
+    goes as its Gloo message, then its CUDA tensors by NCCL (the reader posts its receives once
+    it checked that message); with no lane, through host memory as on any channel."""
+
+    def __init__(self, channel: Channel, key: bytes) -> None:
+        super().__init__(channel, key)
+        self.lane: nccl.NcclLane | None = None  # set before it is connected, if agreed
+
+    def _send(self, crossing: Crossing) -> list[Any]:
+        lane = self.lane
+        if lane is None:
+            return super()._send(nccl.on_host(crossing))
+        gloo, on_device = lane.outgoing(crossing)
+        works = super()._send(gloo)
+        works.extend(lane.send(on_device))
+        return works
+
+
 def _watcher(port: Output[Any], name: str, outbox: _Outbox) -> Any:
     def forward(message: Any) -> None:
         outbox.put(split(port, name))
@@ -393,6 +462,7 @@ class HostPlane:
         local = [name for name in placement.groups if name not in placement.hosts]
         self.channels = channels(remote, placement.outgoing, local)
         self.ranks = {name: i for i, name in enumerate(remote, start=1)}
+        self.lanes = nccl.plan_lanes(self.channels, *nccl.devices_of(placement, {"": 0, **self.ranks}))
         self.size = 1 + len(remote)
         self.prefix = secrets.token_hex(8)
         self.key = secrets.token_bytes(32)
@@ -405,7 +475,16 @@ class HostPlane:
         Plane(part, member, here=here, store_host=here, store=self.store).attach()
 
     def part(self, rank: int) -> Part:
-        return Part(self.store.port, self.prefix, rank, self.size, self.channels, self.key, self.timeout)
+        return Part(
+            self.store.port, self.prefix, rank, self.size, self.channels, self.key, self.timeout, self.lanes
+        )
+
+    def nccl_received(self) -> dict[str, int]:
+        """The messages each process (by name, the run's host's ``""``) received by NCCL so far
+        (hosts.stats); empty if no channel may go by NCCL."""
+        if not self.lanes:
+            return {}
+        return nccl.counts(nccl.lane_store(self.store, self.prefix), {"": 0, **self.ranks})
 
 
 def _route_to(address: str) -> str:

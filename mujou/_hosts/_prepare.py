@@ -13,15 +13,16 @@ from ._ray import OnRay, launch_on_ray
 from ._remote import OnHost, RemoteProcess, launch
 
 if TYPE_CHECKING:
-    from ._plane import Part
+    from ._plane import HostPlane, Part
 
 
 class Bound:
     """A group's ``OnHost`` or ``OnRay`` with its part of this run's data plane (None: no plane)."""
 
-    def __init__(self, where: OnHost | OnRay, part: Part | None) -> None:
+    def __init__(self, where: OnHost | OnRay, part: Part | None, plane: HostPlane | None = None) -> None:
         self.where = where
         self.part = part
+        self.plane = plane  # what run.stats() reads the NCCL lanes' counts from (hosts.stats)
 
     def launch(
         self, name: str, setup: Setup
@@ -45,6 +46,6 @@ def prepare_hosts(placement: Placement, member: Member, *, virtual: bool) -> Non
             toward = first._cluster_address() if isinstance(first, OnRay) else first.address
             plane = HostPlane(member, placement, toward, max(where.timeout for where in hosts.values()))
     placement.hosts = {
-        name: Bound(where, None if plane is None else plane.part(rank))
+        name: Bound(where, None if plane is None else plane.part(rank), plane)
         for rank, (name, where) in enumerate(hosts.items(), start=1)
     }

@@ -53,15 +53,22 @@ def merge_stats(
     stats: Mapping[str, RunStats],
     now: float,
     remote: Mapping[str, tuple[str, float]] | None = None,
+    *,
+    nccl: Mapping[str, int] | None = None,
 ) -> RunStats:
     """The run's stats from each process's: every node, every worker (the host's first);
-    with ``remote`` (each group on another host's address and clock offset), each host's."""
+    with ``remote`` (each group on another host's address and clock offset), each host's, and
+    with ``nccl`` the messages each process (by name) received by NCCL."""
     order = [HOST, *placement.groups]
     merged = {node.name: stats[placement.process_of(node)].nodes[node.name] for node in nodes}
     hosts = {}
     if remote:
         where = {node.name: remote.get(placement.process_of(node), ("", 0.0))[0] for node in nodes}
-        hosts = host_stats(merged, where, dict(remote.values()))
+        by_host: dict[str, int] = {}
+        for process, count in (nccl or {}).items():
+            address = remote.get(process, ("", 0.0))[0]
+            by_host[address] = by_host.get(address, 0) + count
+        hosts = host_stats(merged, where, dict(remote.values()), by_host)
     return RunStats(
         time=now,
         workers=sum(stats[name].workers for name in order),

@@ -426,11 +426,15 @@ class Processes:
             stats = self._ended(1)
         stats[HOST] = self.host.stats()
         remote: dict[str, tuple[str, float]] = {}  # the groups on other hosts (hosts.stats)
+        nccl: dict[str, int] = {}  # the messages each process received by NCCL (mujou._hosts._nccl)
         for name, group in self.groups.items():
             if name in self.placement.hosts:
                 process: Any = group.process  # a RemoteProcess of mujou._hosts._remote
                 remote[name] = (process.host, process.clock_offset)
-        return merge_stats(self.nodes, self.placement, stats, self.host.engine.time(), remote)
+                plane = getattr(self.placement.hosts[name], "plane", None)  # a _prepare.Bound's
+                if plane is not None and not nccl:
+                    nccl = plane.nccl_received()
+        return merge_stats(self.nodes, self.placement, stats, self.host.engine.time(), remote, nccl=nccl)
 
     # -- the end (proc.cleanup) --------------------------------------------------------------
 
