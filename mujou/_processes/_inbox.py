@@ -406,7 +406,9 @@ class Inbox:
             message, nest = tensors[0], None
         if self.engine.ended or self._stopped:
             return
-        port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
+        # A ring's copy, made for this message and changed by no one: its version is 0
+        # (no torch call for it on the reader's path).
+        port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number, fresh=True)
         if port._wakes:
             woken.append(port)
 

@@ -398,6 +398,38 @@ class RingWriter:
         self._number: int | None = None  # the last message number written
         self._closed = False
 
+    def write_plain(self, tensor: torch.Tensor, stamp: float, number: int) -> bool:
+        """``write([tensor], stamp, number)`` where that is the plain path of the ring in use
+        (NOTE [ the plain path ]): the sender's hot path, which ``write`` takes first; whether
+        it wrote. False: nothing was done (no plain ring yet, another layout, a tensor that is
+        not dense, a number that does not increase, the writer closed): ``write`` goes on."""
+        ring = self._ring
+        if ring is None or self._closed:
+            return False
+        plain = ring.plain
+        if plain is None or (self._number is not None and number <= self._number):
+            return False
+        source = _plain_address(tensor, plain)
+        if not source:
+            return False
+        n = self._count + 1
+        slot = n % ring.slots
+        words = ring.words
+        words[_STARTED] = n
+        fenced = ring.fenced
+        if fenced:
+            _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
+        at, nbytes = ring.spans[slot][0]
+        _write_bytes(at, source, nbytes)
+        words[_SLOT_WORDS + 2 * slot] = number
+        ring.floats[_SLOT_WORDS + 2 * slot + 1] = stamp
+        if fenced:
+            _fence()  # the slot's bytes before done
+        words[_DONE] = n
+        self._count = n
+        self._number = number
+        return True
+
     def write(
         self, tensors: Sequence[torch.Tensor], stamp: float, number: int, *, structured: bool = False
     ) -> Announce | None:
@@ -418,15 +450,15 @@ class RingWriter:
             ValueError: ``number`` does not increase.
             RuntimeError: the writer is closed.
         """
+        if not structured and len(tensors) == 1 and self.write_plain(tensors[0], stamp, number):
+            return None  # NOTE [ the plain path ]
         if self._closed:
             raise RuntimeError("the ring writer is closed")
         if self._number is not None and number <= self._number:
             raise ValueError(f"message numbers must increase: got {number!r} after {self._number!r}")
         ring = self._ring
-        plain = ring.plain if ring is not None and not structured and len(tensors) == 1 else None
-        source = 0 if plain is None else _plain_address(tensors[0], plain)  # NOTE [ the plain path ]
         announce = None
-        if not source and (
+        if (
             ring is None
             or ring.announce.structured is not structured
             or not _same_layout(tensors, ring.announce.layout)
@@ -444,14 +476,11 @@ class RingWriter:
         fenced = ring.fenced
         if fenced:
             _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
-        if source:
-            _write_bytes(ring.spans[slot][0][0], source, ring.spans[slot][0][1])
-        else:
-            for view, tensor in zip(ring.views[slot], tensors, strict=True):
-                # A slot's view is a dtype view of the buffer, which autograd does not track
-                # back to it: copying a tensor that requires grad would put the view itself in
-                # the message's graph. detach() costs less than a no_grad block (0.5 vs 2 us).
-                _copy_in(view, tensor.detach() if tensor.requires_grad else tensor)
+        for view, tensor in zip(ring.views[slot], tensors, strict=True):
+            # A slot's view is a dtype view of the buffer, which autograd does not track
+            # back to it: copying a tensor that requires grad would put the view itself in
+            # the message's graph. detach() costs less than a no_grad block (0.5 vs 2 us).
+            _copy_in(view, tensor.detach() if tensor.requires_grad else tensor)
         words[_SLOT_WORDS + 2 * slot] = number
         ring.floats[_SLOT_WORDS + 2 * slot + 1] = stamp
         if fenced:
