@@ -9,6 +9,7 @@ import pickle
 import platform
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
@@ -529,6 +530,25 @@ def test_no_plain_path_for_several_leaves_a_structured_slot_complex_or_empty_ten
     reader = RingReader(passed(_first(writer.write([torch.zeros(2, dtype=torch.complex64)], 1.0, 1))))
     writer.write([conjugate], 2.0, 2)
     assert torch.equal(read(reader)[2][0], conjugate.resolve_conj())
+
+
+def test_a_nested_tensor_on_a_plain_ring_is_refused_as_any_tensor_that_is_not_dense() -> None:
+    """A nested tensor of the plain ring's dtype (class Tensor, strided layout) is refused with
+    the ring's TypeError, not torch's internal error of a nested tensor's shape (planted: the
+    plain path asking the shape before ``is_nested``: RuntimeError "Internal error: ...")."""
+    writer = RingWriter(slots=2)
+    writer.write([torch.zeros(2, dtype=torch.float64)], 1.0, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: nested tensors are a prototype
+        nested = torch.nested.nested_tensor(
+            [torch.zeros(2, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)]
+        )
+    assert (
+        nested.__class__ is torch.Tensor and nested.layout is torch.strided and nested.dtype is torch.float64
+    )
+    assert not writer.write_plain(nested, 2.0, 2)
+    with pytest.raises(TypeError, match=r"^leaf 0 of the message is a torch.strided nested tensor; "):
+        writer.write([nested], 2.0, 2)
 
 
 def test_a_reader_during_a_plain_write_gets_the_previous_message(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -224,9 +224,9 @@ def _plain_address(tensor: torch.Tensor, plain: Layout) -> int:
         tensor.__class__ is _TENSOR
         and tensor.dtype is dtype
         and tensor.is_cpu
-        and tensor.shape == shape
         and tensor.layout is _STRIDED
-        and not tensor.is_nested
+        and not tensor.is_nested  # before the shape: a nested tensor's shape raises
+        and tensor.shape == shape
         and tensor.is_contiguous()
         and not tensor.is_neg()  # a negated view's bytes are not its values (complex: no plain ring)
     ):
