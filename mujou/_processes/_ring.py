@@ -79,7 +79,8 @@ NOTE [ the plain path ]
 Most messages are one dense CPU tensor. For those the ring is *plain* (``_Ring.plain``: one
 leaf, not structured, a real dtype, not empty), and the writer copies a tensor of exactly
 that dtype and shape, contiguous and without a negative bit, with one ``memmove`` from its
-data pointer (``_plain_address``; anything else goes through torch's ``copy_``). The reader
+data pointer (``_plain_address``; ``RingWriter.write_plain``, which the wire's sender calls
+for a bare tensor and ``write`` takes first; anything else goes through torch's ``copy_``). The reader
 copies each leaf with a memoryview assignment into the spare tensors' bytes (``_copy_into``),
 and reads the header through memoryviews: no torch call and no ctypes call on either path
 (a ctypes call is about 1 us, a memoryview's item or copy 0.05-0.1 us; torch's ``copy_`` of
