@@ -220,7 +220,10 @@ Tried and not kept: the plain write of a 64 KiB leaf in pieces of 16 KiB without
 (20-21 -> 21-24 µs: the copy's memory traffic costs, not the fences). ``bench/run.py --only
 cross-process-256B,cross-process-64KiB --systems mujou,floor --repeats 2``, base and new
 alternated twice, load 5-7: base 2.47x, 2.22x (256 B) and 2.12x, 2.16x (64 KiB); new 2.11x,
-2.11x and 2.08x, 1.93x. The target (1.5x) is not met.
+2.11x and 2.08x, 1.93x; with the plain write's ``copy_`` (NOTE [ the plain path ]) and
+``--repeats 3``, base and new alternated at load 1.9-6.9: base 2.22x, 1.97x (256 B) and
+2.37x, 1.97x (64 KiB); new 2.05x, 2.37x, 2.36x and 2.06x, 2.09x, 1.98x. At these loads the
+bench cannot tell them apart (the stamps can); the target (1.5x) is not met.
 
 What is left, by owner, at these loads: the wake 29-33 µs (the floor's 26-29); the process
 layer's Python about 12 µs in the sender (the ring's write and the record, without the
