@@ -9,6 +9,7 @@ import pickle
 import platform
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
@@ -213,15 +214,23 @@ def test_a_leaf_that_requires_grad_is_copied_without_a_graph() -> None:
     # A slot is a dtype view of the buffer, which autograd does not track back to the buffer:
     # a copy_ under grad mode would put the slot's view itself in the message's graph, which
     # would then keep the graph (and its leaf) alive until the slot is written again.
+    # The first write makes the ring (the general path), the second takes the plain path
+    # (planted: the plain path copying without detach(): the second leaf stayed alive).
     writer = RingWriter()
-    leaf = torch.ones(3, requires_grad=True)
-    announce = _first(writer.write([leaf * 2], 0.0, 1))
-    _, _, (got,) = read(RingReader(passed(announce)))
-    assert not got.requires_grad and torch.equal(got, torch.full((3,), 2.0))
-    alive = weakref.ref(leaf)
-    del leaf
-    gc.collect()
-    assert alive() is None, "the ring's slot holds the written message's autograd graph"
+    readers: list[RingReader] = []
+    for number in (1, 2):
+        leaf = torch.ones(3, requires_grad=True)
+        announce = writer.write([leaf * 2], 0.0, number)
+        if number == 1:
+            readers.append(RingReader(passed(_first(announce))))
+        else:
+            assert announce is None and writer._ring is not None and writer._ring.plain is not None
+        _, _, (got,) = read(readers[0])
+        assert not got.requires_grad and torch.equal(got, torch.full((3,), 2.0))
+        alive = weakref.ref(leaf)
+        del leaf
+        gc.collect()
+        assert alive() is None, f"the ring's slot holds message {number}'s autograd graph"
 
 
 @pytest.fixture
@@ -475,7 +484,7 @@ def test_a_prepared_reader_copies_into_tensors_it_then_hands_out(monkeypatch: py
     assert second[0].data_ptr() != first[0].data_ptr()
 
 
-# --- the plain path (one dense leaf copied with one memmove) ------------------------------------
+# --- the plain path (one leaf of the ring's layout, copied with the fewest calls) ---------------
 
 
 def _plain_cases() -> list[tuple[str, torch.Tensor]]:
@@ -491,10 +500,10 @@ def _plain_cases() -> list[tuple[str, torch.Tensor]]:
 
 
 def test_the_plain_path_writes_what_torch_would() -> None:
-    """Writes into a ring of one float64 leaf: a dense tensor of the leaf's layout goes by the
-    plain path (one memmove), any other (strided, negated, another dtype) by torch's copy; the
-    reader gets the same values either way (planted: the plain path taking a negated view, or
-    a tensor not in order: the reader got the bytes, not the values)."""
+    """Writes into a ring of one float64 leaf: a tensor of the leaf's dtype and shape goes by
+    the plain path (strided, at an offset, negated or requiring grad too), another dtype makes a
+    new ring; the reader gets the same values either way (planted: the plain path taking a
+    tensor of another dtype: the reader got float64 values of a float32 message)."""
     writer = RingWriter(slots=2)
     first = torch.zeros(3, 4, dtype=torch.float64)
     reader = RingReader(passed(_first(writer.write([first], 0.0, 1))))
@@ -504,13 +513,13 @@ def test_the_plain_path_writes_what_torch_would() -> None:
         announce = writer.write([tensor], float(number), number)
         if announce is not None:
             reader.reannounce(passed(announce))
-        taken.append(name if _ring._plain_address(tensor, ((torch.float64, (3, 4)),)) else None)
+        taken.append(name if _ring._fits_plain(tensor, ((torch.float64, (3, 4)),)) else None)
         if number % 2:
             reader.prepare()  # both ways of copying out
         got_number, stamp, (got,) = read(reader)
         assert (got_number, stamp) == (number, float(number)), name
         assert got.dtype == tensor.dtype and torch.equal(got, tensor.detach().resolve_neg()), name
-    assert taken == ["dense", None, "offset", None, "grad", None]
+    assert taken == ["dense", "strided", "offset", "negated", "grad", None]
 
 
 def test_no_plain_path_for_several_leaves_a_structured_slot_complex_or_empty_tensors() -> None:
@@ -531,22 +540,41 @@ def test_no_plain_path_for_several_leaves_a_structured_slot_complex_or_empty_ten
     assert torch.equal(read(reader)[2][0], conjugate.resolve_conj())
 
 
+def test_a_nested_tensor_on_a_plain_ring_is_refused_as_any_tensor_that_is_not_dense() -> None:
+    """A nested tensor of the plain ring's dtype (class Tensor, strided layout) is refused with
+    the ring's TypeError, not torch's internal error of a nested tensor's shape (planted: the
+    plain path asking the shape before ``is_nested``: RuntimeError "Internal error: ...")."""
+    writer = RingWriter(slots=2)
+    writer.write([torch.zeros(2, dtype=torch.float64)], 1.0, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: nested tensors are a prototype
+        nested = torch.nested.nested_tensor(
+            [torch.zeros(2, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)]
+        )
+    assert (
+        nested.__class__ is torch.Tensor and nested.layout is torch.strided and nested.dtype is torch.float64
+    )
+    assert not writer.write_plain(nested, 2.0, 2)
+    with pytest.raises(TypeError, match=r"^leaf 0 of the message is a torch.strided nested tensor; "):
+        writer.write([nested], 2.0, 2)
+
+
 def test_a_reader_during_a_plain_write_gets_the_previous_message(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader that runs while the writer copies a plain leaf (after ``started``, before
-    ``done``) gets the previous message whole (planted: ``done`` stored before the memmove:
+    ``done``) gets the previous message whole (planted: ``done`` stored before the copy:
     the reader got the slot before write 2 filled it)."""
     writer = RingWriter(slots=2)
     reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)], 1.0, 1))))
     seen: list[tuple[int, float, list[torch.Tensor]]] = []
-    original = _ring._write_bytes
+    original = _ring._copy_in
 
-    def midway(target: int, source: int, nbytes: int) -> int:
+    def midway(view: torch.Tensor, tensor: torch.Tensor) -> None:
         seen.append(read(reader))
-        return original(target, source, nbytes)
+        original(view, tensor)
 
-    monkeypatch.setattr(_ring, "_write_bytes", midway)
-    writer.write([torch.full((8,), 2.0)], 2.0, 2)
-    monkeypatch.setattr(_ring, "_write_bytes", original)
+    monkeypatch.setattr(_ring, "_copy_in", midway)
+    assert writer.write_plain(torch.full((8,), 2.0), 2.0, 2)
+    monkeypatch.setattr(_ring, "_copy_in", original)
     ((number, stamp, (got,)),) = seen
     assert (number, stamp) == (1, 1.0) and torch.equal(got, torch.full((8,), 1.0))
     number, stamp, (got,) = read(reader)

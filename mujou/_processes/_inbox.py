@@ -176,6 +176,79 @@ the same steps take 4-6 times that. 1.5x the floor leaves about 25 µs for the P
 processes where they take about 90 now: what would remove it is not a wake-up but a compiled
 path for the send (the watcher, the ring's write, the record) and for the receive through to
 the claimed update (the read, the copy, the publish, the claim), small enough to stay in cache.
+
+Then (issue 24, helper proc, 2026-12-04 afternoon). No second wake-up is left on the path:
+with a stamp where the thread takes a record, the parked worker took 98.6-99.9 % of them
+(the thread ``mujou-ports-in`` 2-40 of about 3000 a run) and ran the update it claimed
+(proc.wake-worker). A stamp after each step, in a copy of the tree (each stamp about 0.3 µs,
+the CPU asked with a ctypes call after the copy out: about 3), 256 B, load 4.8-5.5, p50 from
+the sender's stamp, cumulative, two runs:
+
+    the sender (in the child)
+      send() to the watcher (the engine's Output.send)        7.2-7.4
+      the ring written (write_plain)                         15.8-16.3
+      the record written (os.write returned)                 24.1-26.3
+      send() returned                                        28.7
+      the worker parked (the runner's end, its loop)         35-37
+    the host's worker
+      out of epoll_wait                                      55-57
+      the pipe read (receive, its lock, os.read)             62-63
+      the slot copied (RingReader.latest's header and copy)  69-71
+      published (Standins.publish)                           80-82
+      the engine's lock taken, the update claimed            84/88
+      its own gate opened (Parking.notify)                   89-91
+      on_update starts (back through Parking.wait, _work,
+        next_for_worker, the runner's start of an update)    98.5-103.5
+      its read returns                                       101-104
+
+The floor's reader, stamped the same way in the same minutes: out of its blocking read 33-39
+µs after the stamp, the clone done 46-55. Its wake (write to awake) 26-29 µs; Mujou's 29-33:
+the wake-ups cost the same, and the rest is CPU work on both sides, cold.
+
+Where the woken worker runs: on the sender's CPU in 10-99 % of the messages, with the load
+of the rest of the machine (a pipe's write is a sync wake-up, see above); then it waits for
+the sender to park, 8-11 µs of the engine's Python after ``send()`` returns, and is awake
+32-40 µs after the write, against 17-24 on the other CPU. An eventfd instead (no sync
+wake-up), measured again in a bare probe (the sender busy 12 µs after its write, epoll with
+EPOLLEXCLUSIVE, load 4.7-5.3, alternated): p50 15-26 µs through the pipe, 22-34 through the
+eventfd, on the sender's CPU 93-95 % and 69-91 %: still not better.
+
+Changed here: the sender's watcher writes a bare tensor through ``RingWriter.write_plain``
+(watcher to ring written 13.0-14.1 -> 10.3-10.9 µs), and a ring's copy is published with
+version 0, a tensor made for it (no torch call: copied to published 11.8-13.5 -> 9.1-9.8).
+Tried and not kept: the plain write of a 64 KiB leaf in pieces of 16 KiB without the fences
+(20-21 -> 21-24 µs: the copy's memory traffic costs, not the fences). ``bench/run.py --only
+cross-process-256B,cross-process-64KiB --systems mujou,floor --repeats 2``, base and new
+alternated twice, load 5-7: base 2.47x, 2.22x (256 B) and 2.12x, 2.16x (64 KiB); new 2.11x,
+2.11x and 2.08x, 1.93x; with the plain write's ``copy_`` (NOTE [ the plain path ]) and
+``--repeats 3``, base and new alternated at load 1.9-6.9: base 2.22x, 1.97x (256 B) and
+2.37x, 1.97x (64 KiB); new 2.05x, 2.37x, 2.36x and 2.06x, 2.09x, 1.98x. At these loads the
+bench cannot tell them apart (the stamps can); the target (1.5x) is not met.
+
+What is left, by owner, at these loads: the wake 29-33 µs (the floor's 26-29); the process
+layer's Python about 12 µs in the sender (the ring's write and the record, without the
+write's syscall) and about 25 in the reader (receive, the copy, the publish, the arrival);
+the engine's about 20 (``Output.send`` to its watcher 7, the claim 4, from the notify to
+``on_update`` 10), and, when the reader shares the sender's CPU, the sender's 8-11 after its
+send. 1.5x the floor (55-65 µs here) leaves 25-35 µs for all of it where it takes about 60:
+no wake-up is left to remove, and each step costs 3-6 times its warm cost here.
+
+Not the interpreter, though: a stand-alone copy of this layer's hot path (the plain write's
+checks, the memmove, the header and the record; the pipe's read, the seqlock copy into a
+spare and the publish) compiled with mypyc costs what it costs interpreted, warm (send 2.19-2.25
+against 2.23-2.30 µs, receive 1.41 against 1.51-1.59) and cold (after a sleep of 1 ms and a
+walk over 8 MB, within the noise of 19-35 and 9-15 µs). The cold time is in the C calls each
+step makes through generic machinery, measured the same way one at a time: the eight torch
+properties the plain write asked then 8.1 µs, one ``data_ptr()`` 3.5, a ctypes ``memmove`` of
+256 B 8.7, three stores into the header's memoryview 3.3, an ``os.write`` 4.6, an empty
+Python call 1.0 (warm: 0.64, 0.18, 0.70, 0.39, 0.76, 0.09). What would remove them is fewer
+such calls, not compiling them: one C function per side that takes the tensor (its
+``TensorImpl``: dtype, sizes, strides, data, through torch's C++ API, which needs an
+extension built against torch) and does the checks, the copy, the header and the write, and
+one that does the read, the copy and the header; or the engine's side, about a third of it.
+Fewer calls in Python did pay once: the plain write copies with one ``copy_`` now instead of
+two more properties, ``data_ptr`` and a ctypes ``memmove`` (NOTE [ the plain path ]: the
+stamp to the record written 33.0 -> 24.5 µs, medians of five runs alternated).
 """
 
 from __future__ import annotations
@@ -406,7 +479,9 @@ class Inbox:
             message, nest = tensors[0], None
         if self.engine.ended or self._stopped:
             return
-        port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number)
+        # A ring's copy, made for this message and changed by no one: its version is 0
+        # (no torch call for it on the reader's path).
+        port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number, fresh=True)
         if port._wakes:
             woken.append(port)
 

@@ -72,24 +72,35 @@ and each is a separate C call the compiler cannot move past the copies around it
 leaves are copied by torch (``copy_``, ``clone``), which may use any instructions (vector or
 non-temporal stores, ``rep movsb``) and, for large tensors, its intra-op threads; their join
 orders those threads' accesses before the caller's next step, as torch's own results rely on;
-or by one ``memmove`` in the calling thread (NOTE [ the plain path ]).
+or by memoryview copies, one ``memmove`` each, on the reader's plain path (NOTE [ the plain
+path ]).
 
 NOTE [ the plain path ]
 
 Most messages are one dense CPU tensor. For those the ring is *plain* (``_Ring.plain``: one
-leaf, not structured, a real dtype, not empty), and the writer copies a tensor of exactly
-that dtype and shape, contiguous and without a negative bit, with one ``memmove`` from its
-data pointer (``_plain_address``; anything else goes through torch's ``copy_``). The reader
-copies each leaf with a memoryview assignment into the spare tensors' bytes (``_copy_into``),
-and reads the header through memoryviews: no torch call and no ctypes call on either path
-(a ctypes call is about 1 us, a memoryview's item or copy 0.05-0.1 us; torch's ``copy_`` of
-256 B is 1.6 us and its dispatcher's checks). The memoryviews are made over raw addresses
+leaf, not structured, a real dtype, not empty; complex and empty leaves go the general way,
+which copies them the same way), and the writer takes a CPU tensor of exactly that dtype
+and shape, strided and not nested (``_fits_plain``), with the fewest calls:
+``RingWriter.write_plain``, which the wire's sender calls for a bare tensor and ``write``
+takes first, checks those six properties and copies with one ``copy_`` into the slot's view
+(any strides, a negative bit, a tensor that requires grad, detached). The reader copies each
+leaf with a memoryview assignment into the spare tensors' bytes (``_copy_into``), and reads
+the header through memoryviews: no torch call and no ctypes call on its path (a memoryview's
+item or copy 0.05-0.1 us warm). The memoryviews are made over raw addresses
 (``bytes_at``, CPython's ``PyMemoryView_FromMemory``) and do not keep the memory alive: the
 ring keeps its buffer (``_Ring.announce``) and the reader its spare tensors while their views
 are used. Measured in a warm loop, 256 B, at load 5-6: ``write`` 4.3-5.1 us before, 3.2-3.7
 after; ``latest`` into a spare 2.4-2.9 either way. The gain is in the cold path of the
 bench (a message a millisecond): the reader's step from the pipe's read to the copy out
 went from 17-20 us to 9-12 (NOTE [ the hand-off between processes ] in ``_inbox``).
+
+The writer copied a plain leaf with a ctypes ``memmove`` from the tensor's data pointer
+before, which needed two more properties (``is_contiguous``, ``is_neg``) and ``data_ptr``:
+0.7 us warm against ``copy_``'s 1.6, but run cold, as in the bench, each such C call costs
+several times its warm time (after a millisecond's sleep and a walk over 8 MB: the eight
+properties 8.1 us, a ctypes memmove of 256 B 8.7), and one ``copy_`` costs less than the
+calls it replaces: the sender's stamp to its record written 33.0 -> 24.5 us (median of five
+runs each, base and new alternated, 256 B, load 6-8.5; the ring's write alone 11.5 -> 7.8).
 
 On x86-64 the reader needs no fence instruction: its loads are not reordered with one
 another (TSO), and each of its three steps is a C call of its own, which the compiler cannot
@@ -215,23 +226,19 @@ def _copy_out(slot_view: torch.Tensor) -> torch.Tensor:
     return slot_view.clone()
 
 
-def _plain_address(tensor: torch.Tensor, plain: Layout) -> int:
-    """The address of ``tensor``'s bytes if they are exactly the one leaf of a plain ring
-    (``_Ring.plain``: its layout), dense and in order, so that one memmove copies
-    the message; else 0 (the writer copies it with torch)."""
+def _fits_plain(tensor: torch.Tensor, plain: Layout) -> bool:
+    """Whether ``tensor`` is a message for the one leaf of a plain ring (``_Ring.plain``: its
+    layout): a CPU tensor of exactly that dtype and shape, strided and not nested, which
+    ``copy_`` copies into the slot's view as it is (NOTE [ the plain path ])."""
     ((dtype, shape),) = plain
-    if (
+    return (
         tensor.__class__ is _TENSOR
         and tensor.dtype is dtype
         and tensor.is_cpu
-        and tensor.shape == shape
         and tensor.layout is _STRIDED
-        and not tensor.is_nested
-        and tensor.is_contiguous()
-        and not tensor.is_neg()  # a negated view's bytes are not its values (complex: no plain ring)
-    ):
-        return tensor.data_ptr()
-    return 0
+        and not tensor.is_nested  # before the shape: a nested tensor's shape raises
+        and tensor.shape == shape
+    )
 
 
 def _copy_into(spare: Sequence[memoryview], leaves: Sequence[memoryview]) -> None:
@@ -252,7 +259,6 @@ _from_memory = ctypes.pythonapi.PyMemoryView_FromMemory
 _from_memory.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
 _from_memory.restype = ctypes.py_object
 _PYBUF_WRITE = 0x200
-_write_bytes = ctypes.memmove  # the writer's copy of a plain leaf (a name of its own for the tests)
 _TENSOR = torch.Tensor
 _STRIDED = torch.strided
 
@@ -302,9 +308,9 @@ class _Ring:
         # Whether the writer fences (on x86-64, only a slot that may be copied with
         # non-temporal stores needs it: NOTE [ the ring's seqlock ]).
         self.fenced = not _TSO or slot_bytes >= _PLAIN_STORES_BELOW
-        # A plain ring: one leaf, the message itself, of a real dtype (a complex tensor may
-        # carry a conjugate bit its bytes do not show) and not empty: the writer copies a
-        # dense tensor of that dtype and shape with one memmove (NOTE [ the plain path ]).
+        # A plain ring: one leaf, the message itself, of a real dtype and not empty: the
+        # writer copies a tensor of that dtype and shape with the fewest calls, and the reader
+        # copies the slot's bytes into its spare tensors (NOTE [ the plain path ]).
         self.plain: Layout | None = None
         if len(leaves) == 1 and not announce.structured:
             _, dtype, shape = leaves[0]
@@ -398,6 +404,37 @@ class RingWriter:
         self._number: int | None = None  # the last message number written
         self._closed = False
 
+    def write_plain(self, tensor: torch.Tensor, stamp: float, number: int) -> bool:
+        """``write([tensor], stamp, number)`` where that is the plain path of the ring in use
+        (NOTE [ the plain path ]): the sender's hot path, which ``write`` takes first; whether
+        it wrote. False: nothing was done (no plain ring yet, another layout, a tensor that is
+        not dense, a number that does not increase, the writer closed): ``write`` goes on."""
+        ring = self._ring
+        if ring is None or self._closed:
+            return False
+        plain = ring.plain
+        if plain is None or (self._number is not None and number <= self._number):
+            return False
+        if not _fits_plain(tensor, plain):
+            return False
+        n = self._count + 1
+        slot = n % ring.slots
+        words = ring.words
+        words[_STARTED] = n
+        fenced = ring.fenced
+        if fenced:
+            _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
+        # detach(): as in write (a slot's view is not to join the message's graph).
+        _copy_in(ring.views[slot][0], tensor.detach() if tensor.requires_grad else tensor)
+        words[_SLOT_WORDS + 2 * slot] = number
+        ring.floats[_SLOT_WORDS + 2 * slot + 1] = stamp
+        if fenced:
+            _fence()  # the slot's bytes before done
+        words[_DONE] = n
+        self._count = n
+        self._number = number
+        return True
+
     def write(
         self, tensors: Sequence[torch.Tensor], stamp: float, number: int, *, structured: bool = False
     ) -> Announce | None:
@@ -418,15 +455,15 @@ class RingWriter:
             ValueError: ``number`` does not increase.
             RuntimeError: the writer is closed.
         """
+        if not structured and len(tensors) == 1 and self.write_plain(tensors[0], stamp, number):
+            return None  # NOTE [ the plain path ]
         if self._closed:
             raise RuntimeError("the ring writer is closed")
         if self._number is not None and number <= self._number:
             raise ValueError(f"message numbers must increase: got {number!r} after {self._number!r}")
         ring = self._ring
-        plain = ring.plain if ring is not None and not structured and len(tensors) == 1 else None
-        source = 0 if plain is None else _plain_address(tensors[0], plain)  # NOTE [ the plain path ]
         announce = None
-        if not source and (
+        if (
             ring is None
             or ring.announce.structured is not structured
             or not _same_layout(tensors, ring.announce.layout)
@@ -444,14 +481,11 @@ class RingWriter:
         fenced = ring.fenced
         if fenced:
             _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
-        if source:
-            _write_bytes(ring.spans[slot][0][0], source, ring.spans[slot][0][1])
-        else:
-            for view, tensor in zip(ring.views[slot], tensors, strict=True):
-                # A slot's view is a dtype view of the buffer, which autograd does not track
-                # back to it: copying a tensor that requires grad would put the view itself in
-                # the message's graph. detach() costs less than a no_grad block (0.5 vs 2 us).
-                _copy_in(view, tensor.detach() if tensor.requires_grad else tensor)
+        for view, tensor in zip(ring.views[slot], tensors, strict=True):
+            # A slot's view is a dtype view of the buffer, which autograd does not track
+            # back to it: copying a tensor that requires grad would put the view itself in
+            # the message's graph. detach() costs less than a no_grad block (0.5 vs 2 us).
+            _copy_in(view, tensor.detach() if tensor.requires_grad else tensor)
         words[_SLOT_WORDS + 2 * slot] = number
         ring.floats[_SLOT_WORDS + 2 * slot + 1] = stamp
         if fenced:

@@ -118,16 +118,25 @@ class Standins:
         self._sent: dict[str, int] = {}  # the sender's number of the latest message, by name
 
     def publish(
-        self, engine: Engine | None, name: str, message: Any, nest: Nest | None, *, stamp: float, number: int
+        self,
+        engine: Engine | None,
+        name: str,
+        message: Any,
+        nest: Nest | None,
+        *,
+        stamp: float,
+        number: int,
+        fresh: bool = False,
     ) -> Output[Any]:
         """Make ``message`` the latest of stand-in ``name``; wake its triggered readers (with
-        ``engine``; else the caller does, ``_inbox``). Returns the stand-in."""
+        ``engine``; else the caller does, ``_inbox``). ``fresh``: a message no one changed
+        since it was made (a ring's copy), whose version is 0. Returns the stand-in."""
         port = self.ports[name]
         before = self._sent.get(name)
         self._sent[name] = number
         step = 1 if before is None or number <= before else number - before
         latest = port._latest
-        version = 0 if nest is not None else message._version
+        version = 0 if fresh or nest is not None else message._version
         port._latest = (message, version, nest, stamp, step if latest is None else latest[4] + step)
         for watcher in port._watchers:
             watcher(message)
@@ -195,7 +204,9 @@ class Forwarders:
             latest = port._latest
             assert latest is not None
             tensor = latest[0]
-            if latest[2] is None and tensor.is_cpu:  # a bare CPU tensor: split's hot path, inline
+            if latest[2] is None and ring.write_plain(tensor, latest[3], latest[4]):
+                announce = None  # the hot path: a bare tensor that fits the plain ring in use
+            elif latest[2] is None and tensor.is_cpu:  # a bare CPU tensor: split's first case, inline
                 announce = ring.write([tensor], latest[3], latest[4])
             else:
                 _, tensors, rest, stamp, number = split(port, name)
