@@ -190,7 +190,7 @@ import torch
 from .._schedule import next_slot
 from .._stats import LATENESS_WINDOW
 from ._clock import RealClock
-from ._hooks import check_reads, profiler_flags
+from ._hooks import check_reads, profiler
 
 if TYPE_CHECKING:
     from ._batches import Batch
@@ -388,7 +388,7 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                         port._coalesced += replaced
             core = slot.core
             failed: BaseException | None = None
-            if core.streams is None and not traced and not profiler_flags.get("_is_profiler_enabled", False):
+            if core.streams is None and not traced and not profiler._is_profiler_enabled:
                 # The hook alone, with the checks of Hooks.call that can fail for a plain CPU
                 # node (NOTE [ the cost of an update ]).
                 slot.hook = "on_update"
