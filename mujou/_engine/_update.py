@@ -175,6 +175,16 @@ dispatch-virtual (100 empty nodes, one worker, ``run.sleep(0.05)`` instrumented,
 updates) 11.77-11.79k instructions an update before, 11.44k after (the plain pool's dispatch
 13.2k an update, its worker's whole loop over a second); trigger-latency's send to start
 (the harness above, 60 sends of a 200 ms sender) 29.1k before, 28.8k after.
+
+Whether the two hot-path copies still pay (the runner's ``begin_update`` steps in place, and
+``Policy.sent_handed``'s inlined ``Workers.claim``), counted as above at 281443c with each
+folded back into a call (the runner calling ``begin_update``; ``sent_handed`` calling
+``claim`` and ``_join``): pure Python, dispatch-virtual 11.77k instructions an update with
+the copy, 12.34k with the call (+4.8 %); send to start 29.1k with the copy, 30.6k with the
+call (+5 %). Compiled (``MUJOU_COMPILE=1``, both folds in one build): 7.49k against 7.76k an
+update (+3.6 %); send to start 23.6-24.4k (two runs) against 24.5k, within the harness's
+spread. So both copies stay; ``tests/test_update.py`` keeps the runner's steps equal to
+``begin_update``'s, and ``Workers.claim``'s docstring points at ``sent_handed``'s copy.
 """
 
 from __future__ import annotations
