@@ -18,7 +18,9 @@ from typing import Any, cast
 import pytest
 import torch
 
+from mujou._engine import _update
 from mujou._engine._batches import Batch
+from mujou._engine._clock import RealClock
 from mujou._engine._hooks import Hooks
 from mujou._engine._policy import Policy
 from mujou._engine._slot import Slot
@@ -142,3 +144,34 @@ def test_the_runner_begins_an_update_as_begin_update(seed: int) -> None:
     runner_for([pair[1]], 1, Clock(start, 0.001))(batch, start)
     assert began(pair[1]) == began(pair[0]), (seed, period, number, due, start)
     assert dt == start - last
+
+
+@pytest.mark.parametrize("one_clock", [True, False])
+def test_each_update_of_a_batch_starts_when_the_hook_before_it_returned(
+    monkeypatch: pytest.MonkeyPatch, one_clock: bool
+) -> None:
+    """Under the real-time timer the runner reads the clock again for each update of a batch
+    (NOTE [ the clock between two updates ]): with hooks that take 2 ms each, the second and
+    third nodes of a batch due at 0.01 start at 0.012 and 0.014 (their dt and lateness follow
+    from it: sched.fixed-rate, observe.stats-values), whether the read that ends a hook's busy
+    time serves as the next start (``_ONE_CLOCK``) or the monotonic clock is read apart."""
+    now = [100.0]  # the monotonic (and perf_counter) time, moved by the hooks alone
+    monkeypatch.setattr(_update, "_perf_counter", lambda: now[0])
+    monkeypatch.setattr(_update, "_monotonic", lambda: now[0])
+    monkeypatch.setattr(_update, "_ONE_CLOCK", one_clock)
+
+    def hook(dt: float) -> None:
+        now[0] += 0.002
+
+    slots = [make_slot(index, 0.01, []) for index in range(3)]
+    for slot in slots:
+        slot.due = 0.01
+        slot.actor = cast(Any, SimpleNamespace(on_update=hook))
+    clock = RealClock(1.0)
+    clock.start(100.0 - 0.01)  # timer time 0.01 now
+    batch = Batch()
+    batch.due, batch.todo = 0.01, [2, 1, 0]
+    runner_for(slots, 1, clock)(batch, 0.01)
+    starts = [slot.last for slot in slots]
+    assert starts == pytest.approx([0.01, 0.012, 0.014]), starts
+    assert [slot.busy_seconds for slot in slots] == pytest.approx([0.002] * 3)

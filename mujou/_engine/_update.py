@@ -153,7 +153,38 @@ inlined ``due_after`` and ``_first`` included: NOTE [ the send that hands off ] 
 ``_policy``). That harness counts far more than the 29k the last session's gave for the
 same path, and a trivial Python loop put in its place runs about twice the instructions per
 iteration there (on the worker, in a run) that it runs on the main thread alone; why was not
-found: its figures are for A/B between commits only.
+found: its figures are for A/B between commits only. (Found since: switching callgrind's
+instrumentation on flushes its translations, so the instrumented sender ran so slowly that it
+was due again before the triggered node, and the batch went back to the policy in between:
+with a 10 ms sender the harness counted a path the bench does not run. With a 200 ms sender
+the path is the bench's, 123 lines of Python, as a line tracer counts it without callgrind;
+send to start 29.1k instructions, the plain pool's trigger to start 17.9k in the same harness,
+each with the 3.5k of the two ctypes calls that switch callgrind.)
+
+NOTE [ the clock between two updates ]: the runner used to read the clock twice between two
+hooks: ``perf_counter`` for the busy time of the hook that returned, then the timer's clock
+for the next update's start. Where ``perf_counter`` reads the clock the real-time timer
+follows (``time.monotonic``: the same ``CLOCK_MONOTONIC`` on Linux, ``mach_absolute_time`` on
+macOS; ``_ONE_CLOCK``), the read that ends the busy time is the next start, which now comes
+a few hundred nanoseconds earlier, before the runner's checks of the hook that returned
+(still after that hook: ``tests/test_update.py`` checks each start against the hook before
+it). Under the virtual timer the start is not read again at all: a batch runs within one
+instant and the clock moves only between instants. Callgrind (``--instr-atstart=no``, on and
+off from a script through ctypes, 2-core AMD EPYC, CPython 3.11, torch 2.13): bench's
+dispatch-virtual (100 empty nodes, one worker, ``run.sleep(0.05)`` instrumented, 5,000
+updates) 11.77-11.79k instructions an update before, 11.44k after (the plain pool's dispatch
+13.2k an update, its worker's whole loop over a second); trigger-latency's send to start
+(the harness above, 60 sends of a 200 ms sender) 29.1k before, 28.8k after.
+
+Whether the two hot-path copies still pay (the runner's ``begin_update`` steps in place, and
+``Policy.sent_handed``'s inlined ``Workers.claim``), counted as above at 281443c with each
+folded back into a call (the runner calling ``begin_update``; ``sent_handed`` calling
+``claim`` and ``_join``): pure Python, dispatch-virtual 11.77k instructions an update with
+the copy, 12.34k with the call (+4.8 %); send to start 29.1k with the copy, 30.6k with the
+call (+5 %). Compiled (``MUJOU_COMPILE=1``, both folds in one build): 7.49k against 7.76k an
+update (+3.6 %); send to start 23.6-24.4k (two runs) against 24.5k, within the harness's
+spread. So both copies stay; ``tests/test_update.py`` keeps the runner's steps equal to
+``begin_update``'s, and ``Workers.claim``'s docstring points at ``sent_handed``'s copy.
 """
 
 from __future__ import annotations
@@ -169,7 +200,7 @@ import torch
 from .._schedule import next_slot
 from .._stats import LATENESS_WINDOW
 from ._clock import RealClock
-from ._hooks import check_reads, profiler_flags
+from ._hooks import check_reads, profiler
 
 if TYPE_CHECKING:
     from ._batches import Batch
@@ -186,6 +217,11 @@ _is_inference_mode_enabled = torch.is_inference_mode_enabled
 _initial_seed = torch.default_generator.initial_seed
 _monotonic = time.monotonic
 _ceil = math.ceil
+# Whether perf_counter reads the clock the real-time timer follows (time.monotonic), as on
+# Linux and macOS: then the read that ends a hook's busy time starts the next update.
+_ONE_CLOCK = (
+    time.get_clock_info("perf_counter").implementation == time.get_clock_info("monotonic").implementation
+)
 
 
 class UpdateEngine(Protocol):
@@ -279,7 +315,7 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
     call = hooks.call
     host = w == engine.workers
     in_hook = policy.gil.in_hook if policy.gil is not None and not host else None
-    traced, now_of = hooks.trace is not None, clock.now
+    traced, now_of, virtual = hooks.trace is not None, clock.now, clock.virtual
     real = clock if isinstance(clock, RealClock) else None  # read in place (RealClock.now)
     one_worker = engine.workers == 1
     inf = float("inf")
@@ -302,6 +338,8 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
         if _initial_seed() != hooks.seen_seed:  # reseeded since the last hook: not by this batch
             hooks.observe_seed(None)
         # The real-time clock's fields: fixed once the timer started, as it has for any update.
+        # Under the virtual timer ``start`` stays: a batch runs in one instant, and the clock
+        # moves only between instants.
         origin, started, scale = (0.0, None, 1.0) if real is None else (real._origin, real._start, real.scale)
         while True:
             try:
@@ -360,7 +398,7 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                         port._coalesced += replaced
             core = slot.core
             failed: BaseException | None = None
-            if core.streams is None and not traced and not profiler_flags.get("_is_profiler_enabled", False):
+            if core.streams is None and not traced and not profiler._is_profiler_enabled:
                 # The hook alone, with the checks of Hooks.call that can fail for a plain CPU
                 # node (NOTE [ the cost of an update ]).
                 slot.hook = "on_update"
@@ -375,7 +413,8 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                                 check_reads(slot, "on_update")
                 except BaseException as exc:
                     failed = exc
-                busy = _perf_counter() - began
+                ended = _perf_counter()
+                busy = ended - began
                 slot.busy_seconds += busy
                 spent += busy
                 core.hook_thread = 0
@@ -385,6 +424,7 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 before = slot.busy_seconds
                 failed = call(slot, "on_update", slot.update_hook, dt)[1]
                 spent += slot.busy_seconds - before
+                ended = _perf_counter()
             if (
                 _is_grad_enabled() is not grad
                 or _is_inference_mode_enabled() is not inference
@@ -405,8 +445,11 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 again = slot.due
             if not todo or policy.jobs or policy.paused or policy.stopping:
                 break
-            # The clock, read in place where it is the real-time one.
-            start = now_of() if started is None else origin + (_monotonic() - started) * scale
+            # The next update's start (NOTE [ the clock between two updates ]).
+            if started is not None:
+                start = origin + ((ended if _ONE_CLOCK else _monotonic()) - started) * scale
+            elif not virtual:  # a clock other than the two timers' (a test's)
+                start = now_of()
             # With one worker no other worker could take a node that is due again; it waits
             # only if it is due before the next of the batch (threads.earliest-due-first).
             if start >= again and (not one_worker or again <= slots[todo[-1]].due):
