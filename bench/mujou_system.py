@@ -343,8 +343,8 @@ def echo_triggered(seconds: float) -> Metrics:
     net = TriggeredEchoNet()
     with mujou.run(net, workers=1, inputs={net.echo.x: torch.zeros(1)}) as run:
 
-        def write(value: float) -> None:
-            run.write(net.echo.x, torch.full((1,), value))
+        def write(value: float) -> None:  # a fresh tensor each trip, handed over as the peers do
+            run.write(net.echo.x, torch.full((1,), value), copy=False)
 
         def wait(value: float) -> None:
             run.wait_for(net.echo.y, partial(_equals, value), timeout=1.0)

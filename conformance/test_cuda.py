@@ -1101,6 +1101,27 @@ def test_write_leaves_a_tensor_on_the_node_device(host_stream: str, current: int
 
 @pytest.mark.cuda
 @needs_cuda
+@pytest.mark.rule("run.write-no-copy", "cuda.write-on-device")
+def test_a_write_without_copy_hands_a_cuda_tensor_over_once_the_host_stream_is_done() -> None:
+    """> `run.write(input, message, copy=False)` makes each tensor of the message that is already
+    > on the input's node's device the message itself (detached) ...; on a CUDA device, once the
+    > host's current stream of that device has done its work. A tensor on another device ... is
+    > copied as with `copy=True`."""
+    node, cpu = HostFed("cuda:0"), HostFed("cpu")
+    side = torch.cuda.Stream(device=0)  # type: ignore[no-untyped-call]
+    with mujou.run(Bag(node=node, cpu=cpu), timer=vt()) as run, torch.cuda.stream(side):
+        handed = slow_full(2.0, "cuda:0")  # its fill queued on the host's side stream
+        run.write(node.x, handed, copy=False)
+        run.write(cpu.x, handed, copy=False)  # another device: a CPU copy
+        run.sleep(0.25)
+    assert node.got[0].data_ptr() == handed.data_ptr()
+    assert values(node.got[0]) == (2.0, 2.0)  # the node read the fill, not what came before it
+    assert node.got[0].device == torch.device("cuda", 0) and cpu.got[0].device.type == "cpu"
+    assert values(cpu.got[0]) == (2.0, 2.0)
+
+
+@pytest.mark.cuda
+@needs_cuda
 @pytest.mark.rule("cuda.write-on-device")
 def test_no_node_waits_for_the_host_work_after_a_write() -> None:
     """> ... so that no node waits for the GPU work the host queues after it writes."""

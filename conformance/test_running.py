@@ -491,6 +491,50 @@ def test_write_to_connected_input_and_after_end() -> None:
         run2.write(fed.reader.x, torch.zeros(1))
 
 
+class Storing(Node):
+    """Keeps the storage address of each message its input reads (None when it has none)."""
+
+    x: Input[Any] = Input(optional=True)
+
+    def __init__(self) -> None:
+        super().__init__(period=0.25, seed=0)
+        self.addresses: list[int | None] = []
+
+    def on_update(self, dt: float) -> None:
+        message = self.x.read()
+        self.addresses.append(None if message is None else message.data_ptr())
+
+
+class StoringNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = Storing()
+
+
+@pytest.mark.rule("run.write-no-copy")
+def test_a_write_without_copy_hands_the_tensor_over() -> None:
+    """> `run.write(input, message, copy=False)` makes each tensor of the message that is
+    > already on the input's node's device the message itself ...: a change in place fails the
+    > next read of the input. ... A `copy` that is not a bool raises `TypeError`."""
+    net = StoringNet()
+    with mujou.run(net, timer=mujou.VirtualTimer()) as run:
+        handed, copied = torch.arange(3.0), torch.arange(3.0)
+        run.write(net.n.x, handed, copy=False)
+        run.sleep(0.25)
+        run.write(net.n.x, copied)
+        run.sleep(0.25)
+        nest: dict[str, Any] = {"a": torch.ones(2), "n": 3}
+        run.write(net.n.x, nest, copy=False)
+        assert run.read(net.n.x)["a"].tolist() == [1.0, 1.0]  # type: ignore[index]
+        with pytest.raises(TypeError, match=r"^run\.write\(\): copy must be a bool, got int: 0$"):
+            run.write(net.n.x, handed, copy=0)  # type: ignore[arg-type]
+        nest["a"].add_(1.0)  # the host changes what it handed over
+        with pytest.raises(RuntimeError, match=r"^the latest message on 'n\.x' was changed in place"):
+            run.read(net.n.x)
+    assert net.n.addresses == [handed.data_ptr(), net.n.addresses[1]]  # the tensor itself
+    assert net.n.addresses[1] != copied.data_ptr()  # a snapshot
+
+
 class Declared(Node):
     """An input the host writes, declared as two float32 numbers, and an output."""
 

@@ -107,12 +107,18 @@ class NodeStreams:
         return copied
 
 
-def host_to_node(message: torch.Tensor, device: torch.device) -> torch.Tensor:
+def host_to_node(message: torch.Tensor, device: torch.device, copy: bool = True) -> torch.Tensor:
     """The host's snapshot of ``message`` for a node on ``device`` (cuda.write-on-device).
 
     A tensor already on the node's CUDA device stays there, copied on the host's current
-    stream of that device, which is waited for; anything else goes through host memory.
+    stream of that device, which is waited for; anything else goes through host memory. With
+    ``copy=False`` (run.write-no-copy), a tensor already on ``device`` is the message itself
+    (detached), once the host's current stream of a CUDA device has done its work.
     """
+    if not copy and message.device == device:
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()
+        return message.detach() if message.requires_grad else message
     if device.type != "cuda":
         return cpu_tensor_copy(message)
     message = message.detach()

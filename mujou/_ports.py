@@ -350,8 +350,9 @@ class Input(_Port, Generic[M]):
         self._seen = number - 1 if fresh else number
         self._base = number
 
-    def _host_snapshot(self, value: object, what: str) -> tuple[Any, Nest | None]:
-        """The host's snapshot of ``value`` for this input, on its node's device, and its tensors.
+    def _host_snapshot(self, value: object, what: str, copy: bool = True) -> tuple[Any, Nest | None]:
+        """The host's snapshot of ``value`` for this input, on its node's device, and its tensors;
+        with ``copy=False``, each tensor already on that device itself (run.write-no-copy).
 
         Raises TypeError, starting with ``what``, when ``value`` is not a message or does not
         match the input's declaration (cuda.write-on-device for each tensor).
@@ -361,15 +362,17 @@ class Input(_Port, Generic[M]):
         if value.__class__ is _Tensor or isinstance(value, _Tensor):
             if self._declared is not None:
                 self._check_host(value, what)
-            if core is not None and core.cpu:  # the common case, in short
+            if copy and core is not None and core.cpu:  # the common case, in short
                 return cpu_tensor_copy(value), None
-            return host_to_node(value, device), None
+            return host_to_node(value, device, copy), None
         try:
             leaves, spec = flatten(value)
         except TypeError as exc:
             raise TypeError(f"{what} takes {KINDS}; got {exc}") from None
         self._check_host(value, what)
-        snapshot = [host_to_node(leaf, device) if isinstance(leaf, _Tensor) else leaf for leaf in leaves]
+        snapshot = [
+            host_to_node(leaf, device, copy) if isinstance(leaf, _Tensor) else leaf for leaf in leaves
+        ]
         return rebuild(spec, snapshot), Nest(spec, snapshot)
 
     def _check_host(self, value: object, what: str) -> None:

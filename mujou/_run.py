@@ -241,19 +241,24 @@ class Run:
         message = checked._message()
         return None if message is None else cast("M", cpu_copy(message))
 
-    def write(self, port: Input[M], value: M) -> None:
+    def write(self, port: Input[M], value: M, *, copy: bool = True) -> None:
         """Set the latest message of an input without a source. See :ref:`run.write`.
 
-        ``value`` is a tensor or a nest of tensors and scalars, as for ``Output.send``.
+        ``value`` is a tensor or a nest of tensors and scalars, as for ``Output.send``. With
+        ``copy=False``, a tensor already on the input's node's device is the message itself:
+        the host hands it over and must not change it afterwards (:ref:`run.write-no-copy`).
 
         Raises:
-            TypeError: ``value`` is not a message, or does not match the input's declaration.
+            TypeError: ``value`` is not a message, does not match the input's declaration, or
+                ``copy`` is not a bool.
             ValueError: ``port`` has a source in the net.
             HookError: a hook failed.
             RuntimeError: the run has ended.
         """
         if _get_ident() in hooking:  # in_hook_thread(), inlined
             self._refuse("write")
+        if copy is not True and copy is not False:
+            raise TypeError(f"run.write(): copy must be a bool, got {type(copy).__name__}: {copy!r}")
         engine = self._engine
         hooks = engine.hooks
         if hooks._warnings:  # flush_warnings' own test, before its call
@@ -262,7 +267,7 @@ class Run:
         if known is None or known[0] is not port:
             known = self._check_writable(port)
         checked, here = known
-        message = checked._host_snapshot(value, "run.write()")
+        message = checked._host_snapshot(value, "run.write()", copy)
         if engine.policy.error is not None or engine.ended:
             self._live("write")
         if here:
