@@ -1099,6 +1099,20 @@ def test_write_leaves_a_tensor_on_the_node_device(host_stream: str, current: int
     assert counts["HtoD"] == counts["DtoH"] == 0, f"a host message went through host memory: {counts}"
 
 
+class Cloning(HostFed):
+    """Clones every message the host gives its input, on its own stream, in the update."""
+
+    def __init__(self, device: str) -> None:
+        super().__init__(device)
+        self.handed: list[int] = []
+
+    def on_update(self, dt: float) -> None:
+        x = self.x.read()
+        assert x is not None
+        self.handed.append(x.data_ptr())
+        self.got.append(x.clone())
+
+
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.rule("run.write-no-copy", "cuda.write-on-device")
@@ -1107,17 +1121,18 @@ def test_a_write_without_copy_hands_a_cuda_tensor_over_once_the_host_stream_is_d
     > on the input's node's device the message itself (detached) ...; on a CUDA device, once the
     > host's current stream of that device has done its work. A tensor on another device ... is
     > copied as with `copy=True`."""
-    node, cpu = HostFed("cuda:0"), HostFed("cpu")
+    node, cpu = Cloning("cuda:0"), HostFed("cpu")
     side = torch.cuda.Stream(device=0)  # type: ignore[no-untyped-call]
-    with mujou.run(Bag(node=node, cpu=cpu), timer=vt()) as run, torch.cuda.stream(side):
+    start = {node.x: torch.zeros(N, device="cuda:0"), cpu.x: torch.zeros(N)}
+    with mujou.run(Bag(node=node, cpu=cpu), timer=vt(), inputs=start) as run, torch.cuda.stream(side):
         handed = slow_full(2.0, "cuda:0")  # its fill queued on the host's side stream
         run.write(node.x, handed, copy=False)
         run.write(cpu.x, handed, copy=False)  # another device: a CPU copy
         run.sleep(0.25)
-    assert node.got[0].data_ptr() == handed.data_ptr()
-    assert values(node.got[0]) == (2.0, 2.0)  # the node read the fill, not what came before it
-    assert node.got[0].device == torch.device("cuda", 0) and cpu.got[0].device.type == "cpu"
-    assert values(cpu.got[0]) == (2.0, 2.0)
+    assert node.handed[-1] == handed.data_ptr()
+    assert values(node.got[-1]) == (2.0, 2.0)  # the node's clone read the fill, not what came before it
+    assert node.got[-1].device == torch.device("cuda", 0) and cpu.got[-1].device.type == "cpu"
+    assert values(cpu.got[-1]) == (2.0, 2.0)
 
 
 @pytest.mark.cuda
