@@ -196,6 +196,9 @@ class Workers:
         # Each retry follows a shared batch that ran out meanwhile: at most one per batch.
         for _ in range(len(self.shared) + 1):
             due, other = self._earliest()
+            ran: Slot | None = None
+            if due > now and self.shared:  # nothing due now: a node another batch ran may be first
+                due, other, ran = self._earliest_ran(w, due, other)
             if due == math.inf:
                 return self._idle(w, PARK, math.inf)
             if due > now or not self.instant:
@@ -221,7 +224,13 @@ class Workers:
                 if waits:  # a hook waits outside the GIL: the other watchers take the rest now
                     self.wake_workers = 2
                     self.wake = True
-            if other is None:
+            if ran is not None:
+                assert other is not None  # the batch that ran it
+                found = self._take_ran(w, other, ran, real)
+                if found is None:
+                    continue
+                taken = found
+            elif other is None:
                 taken = self._take_queued(w, real, now)
             else:
                 found = self._take_one(w, other, real)
@@ -540,6 +549,50 @@ class Workers:
             self._wake_idle(other.due)  # for the rest, in case both hooks block
         batch = self.batch[w]
         batch.due, batch.todo, batch.handed, batch.mixed = self.slots[index].due, [index], 0, False
+        return batch
+
+    def _earliest_ran(
+        self, w: int, due: float, other: Batch | None
+    ) -> tuple[float, Batch | None, Slot | None]:
+        """``due`` and ``other`` (``_earliest``'s), or, when it is due before them, the node
+        another worker's shared batch already ran and still holds (NOTE [ a batch's nodes that
+        ran ]), its batch and its slot."""
+        found: Slot | None = None
+        mine = self.batch[w]
+        for batch in self.shared:
+            if batch is mine:
+                continue
+            for slot in batch.ran:  # its worker appends without the lock: a copy is not needed
+                if slot.due < due:
+                    due, other, found = slot.due, batch, slot
+        return due, other, found
+
+    def _take_ran(self, w: int, other: Batch, slot: Slot, real: float) -> Batch | None:
+        """Worker ``w`` takes ``slot``, which ``other``'s worker ran and still holds (NOTE [ a
+        batch's nodes that ran ]); None when it is no longer there.
+
+        NOTE [ a batch's nodes that ran ]: a worker puts the nodes of its batch back once the
+        batch ends, so a node that ran early in a batch stays held while the worker runs the
+        rest. Where a later hook of the batch blocks, that node fell due again and no worker
+        could take it: it waited for the blocking hook (threads.blocking-holds-worker says its
+        worker only; a stress loop of conformance's two-worker blocking test stalled once in
+        20 to 60 runs on two busy cores). So a free worker with nothing due sleeps until such
+        a node is due, and takes it then as it takes the rest of a batch: after the hold-back
+        (``_gil``). Looked at only when nothing else is due, not on each look."""
+        try:
+            other.ran.remove(slot)
+        except ValueError:
+            return None
+        index = slot.index
+        self.holder[index] = w + 1
+        if slot.arrived:  # an arrival while it ran, as _put_back does
+            slot.arrived = False
+            arrived = arrivals_due(slot)
+            if arrived < slot.due:
+                slot.due = arrived
+        self._note_taken(w, real)
+        batch = self.batch[w]
+        batch.due, batch.todo, batch.handed, batch.mixed = slot.due, [index], 0, False
         return batch
 
     def _share(self, batch: Batch) -> bool:
