@@ -116,11 +116,23 @@ def _parents() -> dict[int, list[int]]:
     return parents
 
 
-def two_local_hosts(logs: Path) -> Iterator[tuple[LocalHost, LocalHost]]:
-    """Two agents on loopback for a module's tests (a fixture's body), closed after them."""
-    first = LocalHost(logs / "a.log")
+def one_local_host(logs: Path) -> Iterator[LocalHost]:
+    """One agent on loopback for a module's tests (a fixture's body), closed after them."""
+    agent = LocalHost(logs / "a.log")
     try:
-        second = LocalHost(logs / "b.log")
+        yield agent
+    finally:
+        agent.close()
+
+
+def two_local_hosts(
+    logs: Path, environs: tuple[Mapping[str, str] | None, Mapping[str, str] | None] = (None, None)
+) -> Iterator[tuple[LocalHost, LocalHost]]:
+    """Two agents on loopback for a module's tests (a fixture's body), closed after them;
+    ``environs``: variables added to each one's environment (``LocalHost``'s ``environ``)."""
+    first = LocalHost(logs / "a.log", environ=environs[0])
+    try:
+        second = LocalHost(logs / "b.log", environ=environs[1])
     except BaseException:
         first.close()
         raise

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from _agents import SECRET, LocalHost
+from _agents import SECRET, LocalHost, one_local_host, two_local_hosts
 from _cuda_nodes import CudaPipeline, LanePair
 from _support import HANG_GUARD, assert_same, hang_guard, vt, wait_until
 
@@ -97,9 +97,7 @@ def test_cuda_messages_cross_processes_onto_each_readers_device(gpu: str = "cuda
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHost]:
-    agent = LocalHost(tmp_path_factory.mktemp("agents") / "a.log")
-    yield agent
-    agent.close()
+    yield from one_local_host(tmp_path_factory.mktemp("agents"))
 
 
 @pytest.mark.rule("hosts.data-plane", "hosts.virtual", "devices.messages-on-node-device")
@@ -125,16 +123,10 @@ def gpu_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalH
     """Two local "hosts" that NCCL takes for two machines though they share this one's GPUs:
     each agent, and every process it starts, has an ``NCCL_HOSTID`` of its own (without it NCCL
     refuses two processes on one GPU: "Duplicate GPU detected"). Mujou sets no such variable."""
-    logs = tmp_path_factory.mktemp("nccl-agents")
-    first = LocalHost(logs / "a.log", environ={"NCCL_HOSTID": "mujou-test-host-a"})
-    try:
-        second = LocalHost(logs / "b.log", environ={"NCCL_HOSTID": "mujou-test-host-b"})
-    except BaseException:
-        first.close()
-        raise
-    yield first, second
-    first.close()
-    second.close()
+    yield from two_local_hosts(
+        tmp_path_factory.mktemp("nccl-agents"),
+        ({"NCCL_HOSTID": "mujou-test-host-a"}, {"NCCL_HOSTID": "mujou-test-host-b"}),
+    )
 
 
 LANE_FRAMES = 20  # numbered frames the reader on the other host reads, at least

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from _agents import SECRET, LocalHost
+from _agents import SECRET, LocalHost, one_local_host
 from _process_nodes import Sender
 from _support import HANG_GUARD, Bag, hang_guard, wait_until
 from torch.overrides import TorchFunctionMode
@@ -22,11 +21,7 @@ import mujou
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHost]:
-    agent = LocalHost(Path(tmp_path_factory.mktemp("agent")) / "a.log")
-    try:
-        yield agent
-    finally:
-        agent.close()
+    yield from one_local_host(tmp_path_factory.mktemp("agent"))
 
 
 class Passing(TorchFunctionMode):

@@ -8,13 +8,12 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 import torch
-from _agents import SECRET, LocalHost
+from _agents import SECRET, LocalHost, one_local_host
 from _process_nodes import Sender
 from _support import HANG_GUARD, Bag, hang_guard, wait_until
 
@@ -240,11 +239,7 @@ class Reader(mujou.Node):
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHost]:
-    agent = LocalHost(Path(tmp_path_factory.mktemp("agent")) / "a.log")
-    try:
-        yield agent
-    finally:
-        agent.close()
+    yield from one_local_host(tmp_path_factory.mktemp("agent"))
 
 
 def every_channel_a_lane(channels: Sequence[Any], *_: Any) -> tuple[nccl.Lane, ...]:
