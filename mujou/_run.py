@@ -226,10 +226,13 @@ class Run:
     # runner around the hook 5.7-6.8 (``_update``), the echo's read and send 2.5-2.8, the
     # give-back 2.3-2.4: 52-66 in all, against the floor's 24-30 in the same minutes. So
     # even with no Mujou code at all the torch calls of this workload (20-29 us) would be the
-    # floor's whole trip; the floor makes no tensor. Wall-clock, interleaved (``bench/run.py
+    # floor's whole trip; the floor made no tensor then. Wall-clock, interleaved (``bench/run.py
     # --quick --repeats 3 --only echo-triggered --systems mujou,floor,heap_pool``, load 5-7):
     # 69.2 and 64.1 us at 281443c, 70.7, 76.9 and 59.7 at 81decc5, the floor 26.1-30.5, the
     # plain pool 54.0-67.4: the cut (about 2 us) is below what this machine's runs can tell.
+    # Since 5e83c39 the floor's host makes and reads the workload's tensor as the peers' do
+    # (47-50 us then), and since d4c0a36 the echo workload writes with ``copy=False``
+    # (run.write-no-copy), which drops the write's clone: 59.0 us against the floor's 47.3.
 
     def read(self, port: Input[M] | Output[M]) -> M | None:
         """The port's latest message as a CPU copy the host owns, or None. See :ref:`run.read`."""
