@@ -1127,11 +1127,13 @@ def test_a_write_without_copy_hands_a_cuda_tensor_over_once_the_host_stream_is_d
     with mujou.run(Bag(node=node, cpu=cpu), timer=vt(), inputs=start) as run, torch.cuda.stream(side):
         handed = slow_full(2.0, "cuda:0")  # its fill queued on the host's side stream
         run.write(node.x, handed, copy=False)
+        run.sleep(0.25)  # the node's update clones it (before the CPU write below, whose copy
+        # to host memory would wait for the side stream and hide a write that did not)
         run.write(cpu.x, handed, copy=False)  # another device: a CPU copy
         run.sleep(0.25)
-    assert node.handed[-1] == handed.data_ptr()
-    assert values(node.got[-1]) == (2.0, 2.0)  # the node's clone read the fill, not what came before it
-    assert node.got[-1].device == torch.device("cuda", 0) and cpu.got[-1].device.type == "cpu"
+    first = node.handed.index(handed.data_ptr())  # the first update that read the write
+    assert values(node.got[first]) == (2.0, 2.0)  # its clone read the fill, not what came before it
+    assert node.got[first].device == torch.device("cuda", 0) and cpu.got[-1].device.type == "cpu"
     assert values(cpu.got[-1]) == (2.0, 2.0)
 
 
