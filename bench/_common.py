@@ -315,7 +315,7 @@ class Events:
         """
         sent, count = self.sent, min(len(self.starts), len(self.keys))
         if not sent:
-            return {"events": 0, "missed": 0, **_micro([])}
+            return {"events": 0, "missed": 0, **micro([])}
         first, last = sent[0] + WARM_UP, sent[-1] - 0.05
         seen: set[int] = set()
         latencies: list[float] = []
@@ -327,10 +327,10 @@ class Events:
                 latencies.append(start - sent[key])
         expected = [k for k, t in enumerate(sent) if first <= t <= last]
         missed = sum(1 for k in expected if k not in seen)
-        return {"events": len(latencies), "missed": missed, **_micro(latencies)}
+        return {"events": len(latencies), "missed": missed, **micro(latencies)}
 
 
-def _micro(latencies: list[float]) -> Metrics:
+def micro(latencies: list[float]) -> Metrics:
     ordered = sorted(latencies)
     return {
         "latency_p50_us": 1e6 * percentile(ordered, 0.50),
@@ -373,12 +373,12 @@ def cross_metrics(sent: Sequence[float], read: Sequence[float], keys: Sequence[i
     that no read saw: coalesced, the reader having been late.
     """
     if not sent:
-        return {"bytes": nbytes, "events": 0, "missed": 0, **_micro([])}
+        return {"bytes": nbytes, "events": 0, "missed": 0, **micro([])}
     first = sent[0] + WARM_UP
     latencies = [r - s for s, r in zip(sent, read, strict=True) if s >= first]
     counted = [k for s, k in zip(sent, keys, strict=True) if s >= first]
     missed = (counted[-1] - counted[0] + 1 - len(set(counted))) if counted else 0
-    return {"bytes": nbytes, "events": len(latencies), "missed": missed, **_micro(latencies)}
+    return {"bytes": nbytes, "events": len(latencies), "missed": missed, **micro(latencies)}
 
 
 def open_fds(pid: int) -> int:

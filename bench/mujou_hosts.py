@@ -9,6 +9,10 @@ the same code as another machine; it is started once per measurement, before any
   every millisecond the sender stamps a float64 tensor of the same size and sends it, the
   receiver, blocked in its ``recv``, takes the time. No framework, no header, no thread
   hand-off.
+- ``ray_actor_call``: issue 26's other reference, where Ray installs: a synchronous call of a
+  Ray actor on a local Ray cluster (``ray.get(actor.take.remote(message))``) carrying a float64
+  tensor of the same size, every millisecond; call to return, in µs. A hand-off across hosts
+  should cost less than such a call.
 - ``start_two_hosts``: the start of a run with one group on the other host (until
   ``mujou.run`` returned, the timers going) and its stop, the agent already running.
 - ``tags_virtual_hosts``: the tags per second of ``bench.mujou_processes.tags_virtual`` with
@@ -57,7 +61,7 @@ from torch._C._distributed_c10d import ProcessGroupGloo, TCPStore
 
 import mujou
 
-from ._common import CROSS_PERIOD, WARM_UP, Metrics, cross_metrics, start_stop_metrics
+from ._common import CROSS_PERIOD, WARM_UP, Metrics, cross_metrics, micro, start_stop_metrics
 from .baselines.floor import _VALUE, _volley, tag_rate
 from .mujou_processes import Handoff, Rally, Ring, rally_tags
 
@@ -148,6 +152,40 @@ def gloo_handoff(nbytes: int, seconds: float) -> Metrics:
     finally:
         sender.join(60)
     return cross_metrics(sent, read, keys, nbytes)
+
+
+def ray_actor_call(nbytes: int, seconds: float) -> Metrics:
+    """A synchronous Ray actor call with a float64 tensor of ``nbytes``, every millisecond, on a
+    local Ray cluster started here: call to return, in µs (the calls of the first
+    ``WARM_UP`` seconds not counted)."""
+    import ray  # the optional peer: imported only where this case runs
+
+    class Taker:  # defined here, so that Ray's pickle takes it by value to the actor's process
+        def take(self, message: torch.Tensor) -> float:
+            return float(message[1])
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        actor: Any = ray.remote(num_cpus=0)(Taker).remote()  # its methods typed as plain ones
+        elements = max(2, nbytes // 8)
+        ray.get(actor.take.remote(torch.zeros(elements, dtype=torch.float64)), timeout=120)
+        calls: list[float] = []
+        count = 0
+        began = time.monotonic()
+        end = began + WARM_UP + seconds
+        while (start := time.monotonic()) < end:
+            message = torch.empty(elements, dtype=torch.float64)
+            message[1] = count
+            count += 1
+            got: Any = ray.get(actor.take.remote(message), timeout=60)  # the actor's float
+            if start >= began + WARM_UP:
+                calls.append(time.monotonic() - start)
+            if got != count - 1:
+                raise RuntimeError(f"the actor answered {got}, not {count - 1}")
+            time.sleep(CROSS_PERIOD)
+    finally:
+        ray.shutdown()
+    return {"bytes": nbytes, "events": len(calls), "missed": 0, **micro(calls)}
 
 
 def start_two_hosts(runs: int) -> Metrics:

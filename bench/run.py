@@ -66,9 +66,14 @@ ASYNCIO, THREADS, POOL = (
 HOLOSCAN, EZMSG = "NVIDIA Holoscan, Python operators", "ezmsg"
 TORCH_MP, TORCH_MP_SLOW = "torch.multiprocessing", "torch.multiprocessing, 100 Hz"
 FLOOR = "the machine's floor (no framework)"  # bench/baselines/floor.py: the least any library can do
-SYSTEMS = (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG, TORCH_MP, TORCH_MP_SLOW, FLOOR)
+RAY = "a synchronous Ray actor call"  # issue 26's other reference, where Ray installs
+SYSTEMS = (MUJOU_1, MUJOU_2, ASYNCIO, THREADS, POOL, HOLOSCAN, EZMSG, TORCH_MP, TORCH_MP_SLOW, FLOOR, RAY)
 PROCESS_PEERS = (TORCH_MP, TORCH_MP_SLOW)  # in the tables of processes only
-PEERS = {HOLOSCAN: ("holoscan", "holoscan"), EZMSG: ("ezmsg", "ezmsg.core")}  # label: (system, module)
+PEERS = {  # label: (system, module)
+    HOLOSCAN: ("holoscan", "holoscan"),
+    EZMSG: ("ezmsg", "ezmsg.core"),
+    RAY: ("ray", "ray"),
+}
 MODULE_OF = {
     MUJOU_1: "mujou",
     MUJOU_2: "mujou",
@@ -80,6 +85,7 @@ MODULE_OF = {
     TORCH_MP: "torch_mp",
     TORCH_MP_SLOW: "torch_mp",
     FLOOR: "floor",
+    RAY: "ray",
 }
 
 
@@ -180,7 +186,7 @@ def plan(durations: Durations, systems: list[str]) -> list[Case]:
     found: list[Case] = []
     limit = durations.limit
     every = systems
-    systems = [system for system in systems if system not in PROCESS_PEERS]  # theirs come last
+    systems = [system for system in systems if system not in (*PROCESS_PEERS, RAY)]  # theirs come last
     periodic = [system for system in systems if system != FLOOR]  # the floor has no periodic case
     for n in durations.sizes:
         seconds = durations.fleet_largest if n >= 10000 else durations.fleet
@@ -844,6 +850,26 @@ RATIO_TARGETS = (
         "µs",
     ),
     (
+        "Hand-off cross-host-256B p50 below a synchronous Ray actor call's",
+        "cross-host-256B",
+        "latency_p50_us",
+        RAY,
+        RAY,
+        1.0,
+        False,
+        "µs",
+    ),
+    (
+        "Hand-off cross-host-64KiB p50 below a synchronous Ray actor call's",
+        "cross-host-64KiB",
+        "latency_p50_us",
+        RAY,
+        RAY,
+        1.0,
+        False,
+        "µs",
+    ),
+    (
         "Virtual tags/s across two processes ≥ 0.5× the floor's lockstep",
         "tags-virtual-2p",
         "two_processes_tags_per_second",
@@ -1357,7 +1383,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine used more than CORES cores during it",
     )
     parser.add_argument(
-        "--systems", help="comma-separated: mujou,asyncio,threads,heap_pool,holoscan,ezmsg,torch_mp,floor"
+        "--systems", help="comma-separated: mujou,asyncio,threads,heap_pool,holoscan,ezmsg,torch_mp,floor,ray"
     )
     args = parser.parse_args(argv)
     durations = QUICK if args.quick else FULL
@@ -1477,12 +1503,14 @@ def _skip(results: Results, case: Case) -> bool:
 
 CROSS_HOST_WORKLOADS = {"cross-host-256B": 256, "cross-host-64KiB": 65536}
 HOSTS_WORKLOADS = (*CROSS_HOST_WORKLOADS, "tags-virtual-2h", "start-2h")
+RAY_START_LIMIT = 60.0  # a local Ray cluster's start and stop, on top of a case's limit
 
 
 def plan_hosts(durations: Durations, systems: list[str]) -> list[Case]:
     """The cases of several machines: Mujou with a group on another host (an agent on loopback);
     the floor is a bare Gloo send/recv of the same tensor (cross-host-*) and a bare lockstep of two
-    processes over loopback TCP (tags-virtual-2h)."""
+    processes over loopback TCP (tags-virtual-2h); where Ray installs, a synchronous Ray actor
+    call with the same tensor (cross-host-*)."""
     found: list[Case] = []
     limit = durations.limit
     for workload, nbytes in CROSS_HOST_WORKLOADS.items():
@@ -1491,6 +1519,9 @@ def plan_hosts(durations: Durations, systems: list[str]) -> list[Case]:
             found.append(Case(MUJOU_1, workload, "cross_host", params, limit, "mujou_hosts"))
         if FLOOR in systems:
             found.append(Case(FLOOR, workload, "gloo_handoff", params, limit, "mujou_hosts"))
+        if RAY in systems:
+            ray_limit = limit + RAY_START_LIMIT
+            found.append(Case(RAY, workload, "ray_actor_call", params, ray_limit, "mujou_hosts"))
     if MUJOU_1 in systems:
         tags = {"seconds": durations.tags}
         found.append(Case(MUJOU_1, "tags-virtual-2h", "tags_virtual_hosts", tags, limit, "mujou_hosts"))
