@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import torch
+from _order_nodes import ThreeFailures
 from _process_nodes import (
     Chain,
     Contextual,
@@ -517,6 +518,35 @@ def test_a_hook_error_in_a_process_stops_the_run(tmp_path: Path, clean: Callable
     assert net.host_marker.stopped
     for name in ("host", "bad", "ok"):
         assert (tmp_path / "placed" / name).read_text() == (tmp_path / "alone" / name).read_text()
+    clean()
+
+
+@pytest.mark.rule("proc.exchange", "sched.virtual-failure", "proc.hook-error")
+@pytest.mark.parametrize("placed", ["early", "all"])
+def test_a_failure_in_the_one_process_of_a_virtual_sleep_is_the_runs_error(
+    placed: str, clean: Callable[[], None]
+) -> None:
+    """> ... a failure at a tag ends the span there, on both sides, and the run's error is
+    the one of that tag's failures that one process would raise ...
+
+    Three nodes fail at t=0.3 (``early`` registered first). With one process besides the host,
+    holding ``early`` (the host fails at that tag too) or all three (the host has no node), the
+    error is ``early``'s at t=0.3, as in one process. Planted: ``_lockstep._span`` not counting
+    the process's failure (only the host's): with ``early``, the error was ``middle``'s; with
+    all three, the host waited for an end that never came, and the hang guard failed it."""
+    net = ThreeFailures()
+    group = [net.early] if placed == "early" else [net.early, net.middle, net.late]
+    run = mujou.run(net, timer=vt(), processes={"b": group})
+    try:
+        with pytest.raises(mujou.HookError) as info:
+            run.sleep(1.0)
+    finally:
+        with contextlib.suppress(mujou.HookError):
+            run.stop()
+    error = info.value
+    assert (error.node, error.hook) == ("early", "on_update"), str(error)
+    assert abs(error.time - 0.3) < 1e-9, error.time
+    assert str(error).startswith("node 'early' raised ValueError in on_update at t=0.300: 3 updates")
     clean()
 
 

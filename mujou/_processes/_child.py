@@ -28,6 +28,7 @@ from .._port import _Port
 from .._ports import Input, Output, link
 from .._timer import RealTimeTimer, Timer, VirtualTimer
 from . import _codec as codec
+from ._exchange import Span
 from ._group import NUMBER as _NUMBER
 from ._member import Member, describe
 from ._pack import Packed, place, unpack
@@ -147,13 +148,22 @@ def _serve(
     member.when_ended(lambda: events.send(("ended", member.failure())))
     watches: dict[int, Callable[[Any], None]] = {}
     commands = _Commands(member, events, watches, by_output, wake_in)
+
+    def message(payload: Any) -> bytes:  # a message of a span's tag (proc.exchange), as a reply
+        return _reply(0, "exchange", "ok", payload, warned=_warnings(member), events=events.sent)
+
+    span = commands.spans = Span(member, message)
     sources = [control] if tags is None else [control, tags]
-    polling = poller(sources, setup.virtual)  # the next tag's command comes soon
+    # The next tag's command comes soon; while a span of tags runs, only its messages are read
+    # (proc.exchange): a command the host sends once the span ended waits for its last one.
+    polling = poller(sources, setup.virtual)
+    spanning = poller([tags], setup.virtual) if tags is not None else None
     try:
         while True:
-            ready = [] if polling is None else polling.wait(SPIN)
+            listening, looking = ([tags], spanning) if span.active and tags in sources else (sources, polling)
+            ready = [] if looking is None else looking.wait(SPIN)
             # Those the poll found, without making a selector each command as ``wait`` does.
-            found = [c for c in sources if c.fileno() in ready] if ready else wait(sources)
+            found = [c for c in listening if c.fileno() in ready] if ready else wait(listening)
             for source in found:
                 connection = cast(Connection, source)
                 try:
@@ -163,7 +173,10 @@ def _serve(
                         member.stop()
                         return
                     sources.remove(connection)  # the host closed the lockstep's connection
-                    polling = poller(sources, setup.virtual)
+                    polling, span.active = poller(sources, setup.virtual), False
+                    continue
+                if connection is tags and frame.startswith(_EXCHANGE, _NUMBER.size):
+                    _send(connection, _exchanged(span, frame, events))  # no reply: its answer
                     continue
                 number, command, status, payload = _obey(commands, frame)
                 connection.send_bytes(
@@ -171,11 +184,38 @@ def _serve(
                 )
                 if command == "exit":
                     return
+                if command == "span" and span.active:  # the first tag's message goes at once
+                    _send(connection, _exchanged(span, None, events))
     finally:
         member.engine.error_reported = True  # the host reports it (proc.hook-error)
         if not member.engine.ended:  # a lent worker 0 stops here: no other thread can
             member.stop()
         member.disconnect_standins()
+
+
+_EXCHANGE = b"exchange\0"  # the name of the host's message of a span's tag (proc.exchange)
+
+
+def _exchanged(span: Span, frame: bytes | None, events: Events) -> bytes | None:
+    """The host's message of a span's tag in ``frame`` taken (None: the span's start), and the
+    next tag run if there is one: the frame to send the host, if any. An error (a bug, a
+    message that cannot be read) ends the span and goes to the host as the message's."""
+    try:
+        if frame is None:
+            return span.next()
+        if not span.active:  # the host's end of a span this process ended already (an error)
+            return None
+        crossings, ask, host_due = codec.loads(memoryview(frame)[_NUMBER.size + len(_EXCHANGE) :])
+        return span.take(crossings, ask, host_due)
+    except BaseException as exc:
+        span.active = False
+        warned = _warnings(span.member)
+        return _reply(0, "exchange", "error", describe(exc), warned=warned, events=events.sent)
+
+
+def _send(connection: Connection, frame: bytes | None) -> None:
+    if frame is not None:
+        connection.send_bytes(frame)
 
 
 def _obey(commands: _Commands, frame: bytes) -> tuple[int, str, str, Any]:
@@ -263,6 +303,7 @@ class _Commands:
         self.watches = watches
         self.pipes = pipes
         self.inbound = inbound
+        self.spans: Span  # set by _serve
 
     def start(self, states: list[Any] | None) -> list[tuple[str, str]]:
         """on_start, then load_state_dict of ``states``: the loads' errors (node, text)."""
@@ -288,6 +329,10 @@ class _Commands:
 
     def begin_advance(self) -> None:
         self.member.begin_advance()
+
+    def span(self, until: float | None, host_due: float, ask: int, waking: Any) -> float:
+        """A span of tags begins (proc.exchange): this process's next due time."""
+        return self.spans.begin(until, host_due, ask, waking)
 
     def instant(self, due: float, crossings: Any = ()) -> Any:
         if crossings:  # the last tag's messages from the others that wake nothing here
@@ -363,6 +408,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "go": _Commands.go,
     "next_due": _Commands.next_due,
     "begin_advance": _Commands.begin_advance,
+    "span": _Commands.span,
     "instant": _Commands.instant,
     "set_time": _Commands.set_time,
     "read": _Commands.read,

@@ -30,6 +30,24 @@ A process's commands are written one after the other, before any reply is read: 
 takes the frames of one connection in order and replies to each in turn, so the two of a
 sleep's start, and the two of its end, cost one round trip each.
 
+NOTE [ the exchange ]
+With one process besides the host (bench's tags-virtual-2p and tags-virtual-2h), a
+``run.sleep``'s tags are an exchange (proc.exchange, ``_exchange``): after its instant each
+side sends its crossings, its failure and its next due time, and reads the other's. Each tag's
+critical path was the host's encode, a hop, the process's decode, its publish, its instant,
+its encode, a hop, the host's decode and its ``deliver``; it is now one instant (both run at
+once), one encode, one hop (both on the way at once), one decode and one publish. The
+process no longer waits for a command to start a tag: it knows the next one as soon as the
+host's message of the last one came. What it costs: the host decides what it asks of the next
+tag (stop at the instant's end, for an interrupt) when it sends its message, before the
+process's reply, so an interrupted sleep may run one tag more (proc.exchange); and while a span
+runs, the process reads only the tags connection, so that a command the host sends once the
+span ended (``run.read``, ``state_dict``) is taken after the span's last message, not before
+(the two connections carry no order between them); a command that comes during a span
+waits for its end (``_live_call`` ends a span before it sends one). The star (a command and a reply a tag) stays for more processes, where the messages of one would
+go through the host to another, and for ``wait_for`` and ``join``, which look at a condition
+between tags on the host's thread.
+
 NOTE [ where a tag's time goes ]
 Measured in tags-virtual-2p (``ping`` on the host, ``pong`` in a process of its own, one
 worker each), per tag, with ``strace`` and each thread's CPU time and context switches from
@@ -73,6 +91,7 @@ from typing import Any
 
 from .._engine._collect import stopping_now
 from .._engine._instants import nothing_can_happen
+from ._exchange import DONE, ENDED, GO, HALT, STOPPED, TAG, UNTIL, again, decide
 from ._group import EXIT_GRACE, rebuild_failure
 from ._host import Processes, each_result
 from ._member import Failure
@@ -212,6 +231,8 @@ def _advance(
     if processes.closed or stopping_now(policy):  # the run has ended, or is ending: no tag runs
         _wait_for_the_end(processes)
         return done() if done is not None else False
+    if direct and len(processes.groups) == 1:  # one process besides the host: an exchange
+        return _span(processes, until, done)
     dues = _each(processes, {name: [("begin_advance",), ("next_due",)] for name in processes.groups}, direct)
     host.begin_advance()
     dues[HOST] = host.next_due()
@@ -235,6 +256,61 @@ def _advance(
         _tag(processes, due, dues, deferred, direct)
         last = due
     return done() if done is not None else False
+
+
+def _span(processes: Processes, until: float | None, done: Callable[[], bool] | None) -> bool:
+    """``_advance``'s tags with one process besides the host, as an exchange (proc.exchange,
+    ``_exchange``): one ``span`` command, then each tag one message each way, both sent
+    before either is read. Both sides ``decide`` each next tag from what both know."""
+    (group,) = processes.groups.values()
+    host, engine = processes.host, processes.host.engine
+    waking = processes.placement.waking
+    here, there = frozenset(waking[HOST]), frozenset(waking[group.name])
+    host.begin_advance()
+    due_here = host.next_due()
+    ask = _ask(engine.policy, done, None)
+    group.send_tag("span", until, due_here, ask, (sorted(here), sorted(there)))
+    due_there: float = group.tag_reply()
+    last, failed = -math.inf, False
+    try:
+        while (step := decide(ask, failed, due := min(due_here, due_there), last, until)) == TAG:
+            with processes.tag_lock:
+                crossed, failure = host.instant(due)
+            due_here = host.next_due()
+            ask = _ask(engine.policy, done, failure)
+            group.send_tag("exchange", crossed, ask, due_here)
+            found, failed_there, due_there = group.tag_reply()
+            if found:
+                host.apply(found)
+            if again(ask, failed_there is not None, found, crossed, (here, there)):  # a due moved
+                due_here = host.next_due()
+                group.send_tag("exchange", (), ask, due_here)
+                due_there = group.tag_reply()[2]
+            failures = [(name, f) for name, f in ((HOST, failure), (group.name, failed_there)) if f]
+            if failures:
+                _fail_first(processes, failures)
+            failed, last = failed_there is not None, due
+    except BaseException:  # a bug, or the process's end: the span ends there too, if it can
+        group.send_tag("exchange", (), HALT, math.inf)
+        raise
+    if step == STOPPED:
+        _wait_for_the_end(processes)
+        return done() if done is not None else False
+    if step == ENDED:
+        return True
+    if step == UNTIL:
+        assert until is not None
+        host.set_time(until)
+        return False
+    raise nothing_can_happen()
+
+
+def _ask(policy: Any, done: Callable[[], bool] | None, failure: Failure | None) -> int:
+    """What the host asks of a span's next tag (``_exchange``): end now where its run is
+    stopping, at the instant's end where its call is done."""
+    if failure is not None or stopping_now(policy):
+        return HALT
+    return DONE if done is not None and done() else GO
 
 
 def _each(
