@@ -86,12 +86,12 @@ def send(policy: Policy, by: Slot, now: float, message: float, short: bool = Fal
     arrival as ``Engine.sent`` makes it (``Policy.sent_handed``, else ``sent_arrived``)."""
     port = by.core.ports["y"]
     port._publish(torch.tensor(message), 0, None, by.last)
-    wakes, latest = port._wakes, port._latest
-    if not wakes:
+    hand, latest = port._hand, port._latest
+    if not port._wakes:
         return
     if not short:
         arrived(policy, port, now, by)
-    elif latest is None or len(wakes) != 1 or not policy.sent_handed(wakes[0], latest[4], now, by):
+    elif hand < 0 or latest is None or not policy.sent_handed(hand, latest[4], now, by):
         sent_arrived(policy, port, now, by)
 
 

@@ -42,15 +42,24 @@ class Policy(Protocol):
 
 
 def wire(slots: Sequence[Slot]) -> None:
-    """Set every port's ``_wakes`` for a run of ``slots``."""
+    """Set every port's ``_wakes`` for a run of ``slots``, and ``_hand``: the one node a port
+    wakes when an arrival makes it due at once, so that a send may hand it to the sender's
+    worker (``Slot.one_input``, no delay, no min_interval: ``Policy.sent_handed``)."""
     for slot in slots:
         for port in slot.core.ports.values():
             port._wakes = ()
+            port._hand = -1
     for slot in slots:
         for port in slot.trigger_inputs:
             source = port if port._source is None else port._source
             if slot.index not in source._wakes:
                 source._wakes = (*source._wakes, slot.index)
+    for slot in slots:
+        if slot.one_input and slot.delay == 0 and slot.min_interval == 0:
+            port = slot.trigger_inputs[0]
+            source = port if port._source is None else port._source
+            if source._wakes == (slot.index,):
+                source._hand = slot.index
 
 
 def arrive(policy: Policy, slot: Slot, now: float, by: Slot | None = None) -> None:

@@ -353,9 +353,9 @@ class Engine(Instants):
             clock = self._real_clock  # RealClock.now, inlined
             started = clock._start
             now = clock._origin if started is None else clock._origin + (_monotonic() - started) * clock.scale
-            wakes, latest = port._wakes, port._latest
             # The common case first (NOTE [ the send that hands off ] in _policy).
-            if latest is None or len(wakes) != 1 or not policy.sent_handed(wakes[0], latest[4], now, by):
+            hand, latest = port._hand, port._latest
+            if hand < 0 or latest is None or not policy.sent_handed(hand, latest[4], now, by):
                 sent_arrived(policy, port, now, by)
             if self.tracing:
                 note_flows(self.slots, port, (threading.current_thread().name, time.perf_counter()))

@@ -522,8 +522,9 @@ class Policy(Ending):
 
     def sent_handed(self, index: int, number: int, now: float, by: Slot) -> bool:
         """``sent_to_free`` and ``_hand_off`` in one, for a send under the real-time timer by
-        ``by``'s update on a worker, of the message ``number``, on an output that wakes one
-        node, ``index``: when that node is ``Slot.one_input``, free, not due, and due now by
+        ``by``'s update on a worker, of the message ``number``, on an output whose ``_hand``
+        is ``index`` (the one node it wakes, ``Slot.one_input`` with no delay and no
+        min_interval: ``_arrivals.wire``): when that node is free, not due, and due now by
         this arrival, and nothing is due before it, it goes last in the sender's batch, the
         arrival noted; whether it did (False: nothing changed, the caller calls
         ``_arrivals.sent_arrived``).
@@ -549,6 +550,33 @@ class Policy(Ending):
         and ``Engine.sent`` reads the clock in place: with the runner's ``begin_update`` in
         place, send to start 107.3k instructions before, 103.0k after (callgrind; how, in
         that NOTE).
+
+        Issue 24 (trigger to start <= 1.2x the plain pool's). No thread is woken between a
+        send and the update it triggers: with one worker, the worker's voluntary context
+        switches are one a send (its sleep until the sender is due, as the pool's worker),
+        the host's 0.002 (``/proc/<pid>/task/*/status`` over 2 s of bench's trigger-latency
+        net, on this 2-core machine and on the GPU machine's quiet 16 cores alike; the
+        futex calls, counted with ``strace -f -c``, the pool's too). The quiet machine's
+        worse ratio is the longer path run cold after the worker's 1 ms sleep: there, stamped
+        in place, 3.1 us from the send to ``Engine.sent``, 4.4 us in it, 5.3 us from its
+        return to the triggered hook (13 us against the pool's 5.6-6.8 us in those minutes).
+        Counted with callgrind (instrumentation on just before ``Output.send``, off at the
+        triggered hook's first line, each send dumped on its own, the median of 27-31; a
+        200 ms sender, one worker; CPython 3.11, torch 2.13; each count holds about 2.3k of
+        the two ctypes calls that switch callgrind): the plain pool 16.6k instructions,
+        Mujou 25.7k at 942ff87, of which ``Engine.sent`` 9.1k (inclusive) and the sender's
+        return to the triggered hook 11.4k. Now the run's wiring plans the hand-off
+        (``_Port._hand``) and this call no longer checks what the plan fixed (one input, no
+        delay nor min_interval, one node woken, the virtual timer, under which ``Engine.sent``
+        never runs): 24.9k. Two prototypes, measured the same way: this call's decision
+        inlined into ``Engine.sent`` under the lock, 23.5k; the claim without the lock (the
+        design NOTE [ the cost of an update ] names), 22.0k, 1.33x the pool's, so that the
+        lock and the policy call are not what keeps the ratio above 1.2x (19.9k): the send's
+        own 5k and the runner's rules between two hooks are. The claim without the lock is
+        also not safe as the policy stands: ``busy`` is a read-modify-write that the host's
+        ``take_for_host`` makes under the lock meanwhile, and ``begin_stop``, on any thread,
+        queues the stop job of a node it sees free (``_queue_stop``), which a claim between
+        its reads and its writes would hold as well.
         """
         slot = self.slots[index]
         holder = self.holder
@@ -556,33 +584,26 @@ class Policy(Ending):
         if (
             w < 0
             or w >= self.workers
-            or not slot.one_input
             or holder[index] != FREE
             or slot.due != math.inf
             or slot.stopped
             or self.stopping
             or not self.running
-            or self.virtual
         ):
             return False
         seen = slot.trigger_inputs[0]._seen
         numbers = slot.arrival_numbers
-        if number == seen or numbers[0] > seen:
-            return False
         # Workers.claim from here, inlined (with due_after and _first): it runs in every send.
-        last = slot.last  # an arrival before the last start counts as it
-        due = (now if now > last else last) + slot.delay
-        earliest = last + slot.min_interval
-        if earliest > due:
-            due = earliest
-        if due > now:
+        # No delay and no min_interval (``_hand``): due at ``now``, or at the last start if
+        # that came later (an arrival before it counts as it), which is not due now.
+        if number == seen or numbers[0] > seen or slot.last > now:
             return False
         dues = self.queue.dues
-        if (dues and dues[0] <= due) or (self.shared and self._earliest()[0] <= due):
+        if (dues and dues[0] <= now) or (self.shared and self._earliest()[0] <= now):
             return False  # an update due first (threads.earliest-due-first)
         slot.arrival_times[0] = now  # arrive's note
         numbers[0] = number
-        slot.due = due
+        slot.due = now
         holder[index] = w + 1
         self.busy += 1
         batch = self.batch[w]
@@ -592,7 +613,7 @@ class Policy(Ending):
             if not batch.shared:
                 batch.shared = True
                 self.shared.append(batch)
-            self._wake_idle(due, exact=True)
+            self._wake_idle(now, exact=True)
         return True
 
     def _hand_off(self, slot: Slot, by: Slot) -> bool:

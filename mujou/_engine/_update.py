@@ -64,9 +64,10 @@ a millisecond (in place every step costs 3-4 times what it costs in a warm loop)
 lines from the send to the hand-off, 60 more to the triggered hook. A path that takes no
 lock and decides nothing per send would remove most of it: the sending worker claiming a
 triggered node that only its own updates wake (a plan of the run, made at its start), so
-that the node's due time and holder need no policy; not done (see issue 24): the stop, the
-jobs and the host's take read a node's holder under the lock, so a claim without it needs
-them all to see the node as held whenever its sender is. What was done instead: a send to a
+that the node's due time and holder need no policy; not done (see issue 24, and NOTE [ the
+send that hands off ] in ``_policy`` for what it would save): the stop, the jobs and the
+host's take read a node's holder under the lock, so a claim without it needs them all to see
+the node as held whenever its sender is. What was done instead: a send to a
 free node woken through one input by ``on`` (``Slot.one_input``) takes
 ``Policy.sent_to_free``, ``arrive`` and ``arrival`` in one without their loops and held-node
 checks. ``Engine.sent`` (the lock, the arrival, the hand-off), timed in place with
