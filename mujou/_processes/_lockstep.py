@@ -44,9 +44,10 @@ process's reply, so an interrupted sleep may run one tag more (proc.exchange); a
 runs, the process reads only the tags connection, so that a command the host sends once the
 span ended (``run.read``, ``state_dict``) is taken after the span's last message, not before
 (the two connections carry no order between them); a command that comes during a span
-waits for its end (``_live_call`` ends a span before it sends one). The star (a command and a reply a tag) stays for more processes, where the messages of one would
-go through the host to another, and for ``wait_for`` and ``join``, which look at a condition
-between tags on the host's thread.
+waits for its end (``_live_call`` ends a span before it sends one). The star (a command and
+a reply a tag) stays for more processes, where the messages of one would go through the host
+to another, and for ``wait_for`` and ``join``, which look at a condition between tags on the
+host's thread.
 
 NOTE [ where a tag's time goes ]
 Measured in tags-virtual-2p (``ping`` on the host, ``pong`` in a process of its own, one
