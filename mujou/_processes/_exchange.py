@@ -89,10 +89,11 @@ class Span:
         """The host's ``span`` command: this process's next due time, its answer."""
         member = self.member
         member.begin_advance()
-        self.active, self.until, self.last, self.second = True, until, -float("inf"), False
+        self.until, self.last, self.second = until, -float("inf"), False
         self.host_due, self.ask, self.failure = host_due, ask, None
         self.waking = (frozenset(waking[0]), frozenset(waking[1]))
         self.due = member.next_due()
+        self.active = True  # last: a span that failed to begin reads no message of its tags
         return self.due
 
     def next(self) -> bytes | None:

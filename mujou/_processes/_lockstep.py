@@ -44,12 +44,30 @@ process's reply, so an interrupted sleep may run one tag more (proc.exchange); a
 runs, the process reads only the tags connection, so that a command the host sends once the
 span ended (``run.read``, ``state_dict``) is taken after the span's last message, not before
 (the two connections carry no order between them); a command that comes during a span
-waits for its end (``_live_call`` ends a span before it sends one). The star (a command and a reply a tag) stays for more processes, where the messages of one would
-go through the host to another, and for ``wait_for`` and ``join``, which look at a condition
-between tags on the host's thread.
+waits for its end (``_live_call`` ends a span before it sends one). The star (a command and
+a reply a tag) stays for more processes, where the messages of one would go through the host
+to another, and for ``wait_for`` and ``join``, which look at a condition between tags on the
+host's thread. A sleep's start and end are the ``span`` command and its reply alone (the
+four commands of NOTE [ the lockstep's commands ] are the star's).
+
+Measured in tags-virtual-2p (``ping`` on the host, ``pong`` in the process), with callgrind's
+instrumentation on around 30 sleeps of 10 ms (300 tags), every read blocking instead of polling
+so that no poll is counted: a tag cost the host 357k instructions and the process 306k with
+the star (942ff87), 300k and 283k with the exchange, each side's instant about half of it
+(the engine's), the rest Python spread flat (cProfile: the connection's framing, the codec, the
+publish, the decision). A compact struct codec for the tags' messages instead of the pickle
+(``_codec``'s plain tensors) was tried and dropped: 4-7 us a message either way, as the pickle,
+whose cost is the tensor's rebuild, which both pay. Wall time, this 2-core machine shared with
+other work, ``python -m bench._one mujou_processes tags_virtual '{"seconds": 2}'`` interleaved
+with 942ff87 and the floor's pipe lockstep in the same minutes: at load 1, 942ff87 4,831-8,489
+tags/s, the exchange 11,109-12,773 (the floor 9,752-10,672); at load 2-3, 2,484-3,107 against
+3,148-4,294 (the floor 44,894-53,657). Where both processes share one core, a tag's wall time
+is the sum of both sides' CPU and the overlap is gone: the exchange then saves its instructions
+only; on free cores a tag costs one side's instant, one codec pair and one hop.
 
 NOTE [ where a tag's time goes ]
-Measured in tags-virtual-2p (``ping`` on the host, ``pong`` in a process of its own, one
+Of the star (a command and its reply a tag; NOTE [ the exchange ] for one process). Measured
+in tags-virtual-2p (``ping`` on the host, ``pong`` in a process of its own, one
 worker each), per tag, with ``strace`` and each thread's CPU time and context switches from
 ``/proc`` (2 cores shared with other work, load 2-5):
 - the syscalls are those of the floor's pipe lockstep and a few more: the host writes the
