@@ -265,7 +265,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 from .._engine._arrivals import sent_arrived
-from ._ring import RingReader
+from ._ring import SETTLE, RingReader
 from ._wire import NO_HOLDER, Standins, joined, unpacked_rest
 
 if TYPE_CHECKING:
@@ -278,6 +278,7 @@ _READ = 1 << 16  # bytes read from a pipe at once: many records
 LISTENING = hasattr(select, "EPOLLEXCLUSIVE") and hasattr(os, "eventfd")
 _EXCLUSIVE = getattr(select, "EPOLLEXCLUSIVE", 0)
 _LONGEST = 3600.0  # seconds: an epoll waits at most this at once (its limit is about 24 days)
+_RECHECK = 0.001  # seconds between the thread's looks at a write whose record came before it finished
 
 
 class _Inbound:
@@ -316,6 +317,9 @@ class Inbox:
         self._polls: list[select.epoll] = []  # every epoll the pipes are in, but gates closed
         self._gates: list[ListeningGate] = []
         self._wake = -1  # the thread's eventfd (LISTENING), written to make it look again
+        # Outputs whose newest write had begun and not finished when a record of it was taken
+        # (NOTE [ the wake before the copy ] in _ring): the thread looks at them again.
+        self._unsettled: set[tuple[_Inbound, str]] = set()
         self._thread = threading.Thread(target=self._main, name="mujou-ports-in", daemon=True)
 
     def start(self) -> None:
@@ -364,12 +368,23 @@ class Inbox:
         inbound = self._inbound.get(fd)
         if inbound is None:
             return
-        woken: list[_Port] = []
         try:
             with inbound.lock:
                 if inbound.closed:
                     return
-                self._read(inbound, woken)
+                try:
+                    chunk = os.read(fd, _READ)
+                except BlockingIOError:
+                    return  # another reader took what there was
+                # The hot path: the read took the pipe's one record, of an output seen before
+                # (NOTE [ the hand-off between processes ]): one lookup, one publish.
+                name = None if inbound.buffer else self._framed.get(chunk)
+                if name is not None and len(chunk) < _READ and not self._stopped:
+                    port = self._publish(inbound, name)
+                    woken: Sequence[_Port] = (port,) if port is not None and port._wakes else ()
+                else:
+                    woken = []
+                    self._read(inbound, chunk, woken)
             if woken:
                 self._arrived(woken, worker)
         except BaseException as exc:
@@ -390,47 +405,41 @@ class Inbox:
             finally:
                 inbound.lock.release()
 
-    def _read(self, inbound: _Inbound, woken: list[_Port]) -> None:
-        """With ``inbound.lock`` held: read the pipe until it is empty, take its records."""
+    def _read(self, inbound: _Inbound, chunk: bytes, woken: list[_Port]) -> None:
+        """With ``inbound.lock`` held: take the records of ``chunk``, just read from the pipe,
+        and of what the pipe holds after it, until it is empty."""
         fd = inbound.fd
         names: dict[str, None] = {}  # the outputs to publish, once each: the newest slot
         while True:
-            try:
-                chunk = os.read(fd, _READ)
-            except BlockingIOError:
-                break
             if not chunk:  # the sender's process closed its end: it stopped, or died
                 self._publish_all(inbound, names, woken)
                 self._close_locked(inbound)
                 return
-            if not inbound.buffer:  # the common case: whole records, one seen before
-                name = self._framed.get(chunk)
-                if name is not None and not self._stopped:
-                    if len(chunk) < _READ:
-                        if not names:  # the read took the pipe's one record: the hot path
-                            self._publish(inbound, name, woken)
-                            return
-                        names[name] = None
+            name = None if inbound.buffer or self._stopped else self._framed.get(chunk)
+            if name is not None:  # whole records, one seen before
+                names[name] = None
+            else:
+                data = inbound.buffer + chunk if inbound.buffer else chunk
+                at, end = 0, len(data)
+                while end - at >= _FRAME.size:
+                    (length,) = _FRAME.unpack_from(data, at)
+                    if end - at - _FRAME.size < length:
                         break
-                    names[name] = None
-                    continue
-            data = inbound.buffer + chunk if inbound.buffer else chunk
-            at, end = 0, len(data)
-            while end - at >= _FRAME.size:
-                (length,) = _FRAME.unpack_from(data, at)
-                if end - at - _FRAME.size < length:
-                    break
-                record = data[at + _FRAME.size : at + _FRAME.size + length]
-                at += _FRAME.size + length
-                if self._stopped:
-                    continue  # not unpickled: an announcement would fetch a descriptor
-                name = self._names.get(record)
-                if name is not None:
-                    names[name] = None
-                    continue
-                self._record(inbound, record, names)
-            inbound.buffer = data[at:]
+                    record = data[at + _FRAME.size : at + _FRAME.size + length]
+                    at += _FRAME.size + length
+                    if self._stopped:
+                        continue  # not unpickled: an announcement would fetch a descriptor
+                    name = self._names.get(record)
+                    if name is not None:
+                        names[name] = None
+                        continue
+                    self._record(inbound, record, names)
+                inbound.buffer = data[at:]
             if len(chunk) < _READ:
+                break
+            try:
+                chunk = os.read(fd, _READ)
+            except BlockingIOError:
                 break
         self._publish_all(inbound, names, woken)
 
@@ -458,19 +467,25 @@ class Inbox:
         """Publish the newest slot of each of ``names``, unless it is out already (or its ring
         never came: its sender took the announcement's descriptor back as it ended)."""
         for name in names:
-            self._publish(inbound, name, woken)
+            port = self._publish(inbound, name)
+            if port is not None and port._wakes:
+                woken.append(port)
 
-    def _publish(self, inbound: _Inbound, name: str, woken: list[_Port]) -> None:
-        """Publish the newest slot of output ``name`` (``_publish_all``, for one output)."""
+    def _publish(self, inbound: _Inbound, name: str, patience: float = SETTLE) -> _Port | None:
+        """Publish the newest slot of output ``name``; its stand-in, or None where nothing
+        was published (``_publish_all``, for one output). A write of it begun and not done
+        after ``patience`` seconds is looked at again later (``_unsettled``)."""
         reader = inbound.readers.get(name)
         if reader is None:
-            return
-        got = reader.latest()
+            return None
+        got = reader.latest(patience)
+        if reader.unsettled:
+            self._unsettle(inbound, name)
         if got is None:
-            return
+            return None
         number, stamp, tensors = got
         if number <= inbound.published.get(name, 0):
-            return  # published already, by an earlier record that found it newest
+            return None  # published already, by an earlier record that found it newest
         inbound.published[name] = number
         if reader.structured:
             rest = unpacked_rest(tensors.pop())
@@ -478,14 +493,40 @@ class Inbox:
         else:
             message, nest = tensors[0], None
         if self.engine.ended or self._stopped:
-            return
+            return None
         # A ring's copy, made for this message and changed by no one: its version is 0
         # (no torch call for it on the reader's path).
-        port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number, fresh=True)
-        if port._wakes:
-            woken.append(port)
+        return self.standins.publish(None, name, message, nest, stamp=stamp, number=number, fresh=True)
 
-    def _arrived(self, woken: list[_Port], worker: int | None) -> None:
+    def _unsettle(self, inbound: _Inbound, name: str) -> None:
+        """Output ``name``'s newest write had begun and not finished (NOTE [ the wake before
+        the copy ] in ``_ring``): the thread looks at it again every ``_RECHECK`` seconds until
+        it is published. Its writer sends no other record for it."""
+        with self._polls_lock:
+            self._unsettled.add((inbound, name))
+            if self._wake >= 0:
+                os.eventfd_write(self._wake, 1)
+
+    def _recheck(self) -> None:
+        """The thread: publish what ``_unsettle`` left, where its write is done now (without
+        waiting for it), and wake the readers it triggers."""
+        with self._polls_lock:
+            unsettled = list(self._unsettled)
+            self._unsettled.clear()
+        for inbound, name in unsettled:
+            try:
+                with inbound.lock:
+                    if inbound.closed:
+                        continue
+                    port = self._publish(inbound, name, 0.0)
+                if port is not None and port._wakes:
+                    self._arrived((port,), None)
+            except BaseException as exc:
+                self._close(inbound)
+                if not self._stopped and not self.engine.ended:
+                    self.engine.crashed(NO_HOLDER, exc, exits=False)
+
+    def _arrived(self, woken: Sequence[_Port], worker: int | None) -> None:
         """The messages just published arrive (trigger.real-time); the readers they trigger
         are due at once, and the parked ``worker`` that took them is the one woken first."""
         engine = self.engine
@@ -566,12 +607,14 @@ class Inbox:
                 self._register(poll)  # after the workers': woken only when no worker waits
             while self._open():
                 self.prepare()
-                for fd, _ in poll.poll():
+                for fd, _ in poll.poll(_RECHECK if self._unsettled else -1):
                     if fd == self._wake:
                         with contextlib.suppress(BlockingIOError):
                             os.eventfd_read(self._wake)
                     else:
                         self.receive(fd, None)
+                if self._unsettled:
+                    self._recheck()
         finally:
             with self._polls_lock:
                 self._polls.remove(poll)
@@ -588,6 +631,8 @@ class Inbox:
                 self.receive(fd, None)
                 if self._inbound[fd].closed:
                     poll.unregister(fd)
+            if self._unsettled:
+                self._recheck()
 
 
 class ListeningGate:
