@@ -249,6 +249,71 @@ one that does the read, the copy and the header; or the engine's side, about a t
 Fewer calls in Python did pay once: the plain write copies with one ``copy_`` now instead of
 two more properties, ``data_ptr`` and a ctypes ``memmove`` (NOTE [ the plain path ]: the
 stamp to the record written 33.0 -> 24.5 µs, medians of five runs alternated).
+
+Then (issue 24, helper hand, 2026-12-04 evening), on the quiet 16-core machine (the GPU
+machine's CPUs, otherwise idle), where the bench had 105 µs against the floor's 44.3. A stamp
+after each step in a copy of 942ff87 (about 0.3 µs a stamp), 256 B, two runs of 3 s, p50
+from the sender's stamp, cumulative:
+
+    the sender: the watcher entered 10.0-13.1, the ring written 20.1-26.7, the record
+      written (os.write returned) 26.4-35.7
+    the reader: out of epoll_wait 60.8-71.4, the pipe read 70.4-80.7, the slot copied
+      84.3-93.8, published 94.7-103.4, the update claimed 108.2-116.8, the gate taken
+      109.8-118.2, on_update 128.3-133.8, its read 133.9-138.9
+    the floor, same minutes: its write returned 13.6-18.0, its reader out of os.read
+      41.5-47.2, its clone done and read 61.7-79.4
+    64 KiB: the ring written 21-28 µs after the watcher (the copy), 120-155 µs in all
+      against the floor's 94-100
+
+So the wake-up costs what the floor's does (34-36 µs from the write to the woken reader,
+the floor's 23-34: each on an idle CPU of its own there), and every step of both processes
+costs about 10 µs, run cold: there is no one step to remove. Counted per message on the path
+(2-core machine; ``sys.setprofile`` from the reader's epoll return to ``on_update``, and
+from the sender's stamp to its ``os.write``): the reader 22 Python calls and about 25 C
+calls (9 of the Python calls in this module and ``_ring``, the rest the engine's: the claim,
+``Parking.notify``, the worker's loop; ``Standins.publish``), the sender 7 and 6
+(``Output.send``, the watcher, ``write_plain`` with its check and copy, ``Pipe.send``);
+instructions with callgrind's collection switched on over the same regions (stamps
+included): the reader 68,300-68,400 a message, the sender 30,400-31,400, of which the
+interpreter's loop about 45 % and 39 %.
+
+Changed: the plain write's record goes before its copy (NOTE [ the wake before the copy ] in
+``_ring``): the copy runs while the reader wakes, and the sender's path to the wake byte is
+21,400-21,900 instructions instead of 30,400-31,400 (callgrind as above). The reader waits
+for a write it finds begun in 0.2 % of the messages (5-13 of about 3,170 a run; 81 in one
+run at load 2), each settled within its patience, none left to the thread. Stamps on this
+2-core machine (base and new alternated, p50 of 3 s runs, load 1.9-2.3), the record written:
+256 B 30.7, 23.8, 26.4 -> 24.5, 22.8, 24.7 µs; 64 KiB 38.0, 28.8, 26.5 -> 24.6, 19.3, 19.4;
+send to read: 256 B 117.4, 111.9, 102.2 -> 120.5, 108.5, 117.4; 64 KiB 131.2, 99.7, 90.3 ->
+123.4, 94.8, 91.1. Here the woken reader runs on the sender's CPU (the other one busy; a
+pipe's write is a sync wake-up, above), so it waits for the copy after the wake-up as it
+waited for it before: the wake-up (write to the reader awake) grew by about as much as the
+write came earlier (256 B: 33.1, 35.8, 29.3 -> 45.7, 38.3, 40.8 µs). Where the reader wakes
+on an idle CPU of its own, as on the quiet machine, the copy is off the path: 10-14 µs
+expected at 256 B, 20-28 at 64 KiB (the ring's write in the split above), which the lead's
+run on that machine is to show; it was not measured there again (no device time left). The
+bench here (``python -m bench._one mujou_processes cross_process '{"nbytes": 256,
+"seconds": 2.0}'``, 942ff87 and this commit alternated with the floor, five rounds, load
+1.9-2.6): 256 B 112.0, 106.5, 111.7, 109.8, 119.0 (median 111.7) -> 90.6, 103.7, 86.7,
+112.1, 121.3 (103.7) µs, the floor 48.0, 57.4, 43.0, 53.5, 57.3 (53.5); 64 KiB 126.4, 134.0,
+121.9, 119.4, 123.2 -> 129.3, 130.4, 109.2, 134.0, 138.6, the floor 59.6-75.9: within this
+machine's noise.
+
+Also the inbox's hot path in one function (``receive`` reads the pipe and publishes a read
+of one known record itself; ``RingReader.structured`` an attribute): two Python calls fewer,
+within the noise of the instructions counted (65,100-70,100 against 68,300-68,400).
+
+What is left, at the quiet machine's figures: 1.5x the floor is 66 µs where Mujou takes about
+95 once the copy is off the path. The rest is spread, about 10 µs a step: the sender's
+``Output.send`` before its watcher (10-13 µs, the engine's), the plain write's check and the
+record (about 10), the wake-up (the floor's), and the reader's 67 µs from its wake-up to
+``on_update`` against the floor's 20-32 from its wake-up to its read: this layer's read, copy
+and publish about 33, the engine's claim and the way back to the update about 34. What would
+remove most of it is fewer distinct Python functions and C calls touched per message on both
+sides (each step's cost is its cold caches, not its instructions): one C function per side
+(the sender's check, copy, header and write; the reader's read, copy, publish and claim)
+through torch's C++ API, or the engine's claim and start of the update folded into the
+reader's call.
 """
 
 from __future__ import annotations
