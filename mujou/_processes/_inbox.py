@@ -452,6 +452,8 @@ class Inbox:
                     self._read(inbound, chunk, woken)
             if woken:
                 self._arrived(woken, worker)
+            if worker is not None and self._unsettled:
+                self._tell_thread()  # to look at a write it found begun, later
         except BaseException as exc:
             self._close(inbound)
             if not self._stopped and not self.engine.ended:
@@ -566,9 +568,15 @@ class Inbox:
     def _unsettle(self, inbound: _Inbound, name: str) -> None:
         """Output ``name``'s newest write had begun and not finished (NOTE [ the wake before
         the copy ] in ``_ring``): the thread looks at it again every ``_RECHECK`` seconds until
-        it is published. Its writer sends no other record for it."""
+        it is published (its writer sends no other record for it). A worker that took the
+        record wakes the thread for it (``receive``); the thread itself looks before it waits
+        again, so it never wakes itself: no busy loop while a writer stays stopped."""
         with self._polls_lock:
             self._unsettled.add((inbound, name))
+
+    def _tell_thread(self) -> None:
+        """Make the thread look again now (at ``_unsettled``, at its pipes)."""
+        with self._polls_lock:
             if self._wake >= 0:
                 os.eventfd_write(self._wake, 1)
 
@@ -642,9 +650,7 @@ class Inbox:
             reader.close()
         inbound.readers.clear()
         inbound.connection.close()
-        with self._polls_lock:
-            if self._wake >= 0:
-                os.eventfd_write(self._wake, 1)
+        self._tell_thread()
 
     def _open(self) -> list[_Inbound]:
         return [inbound for inbound in self._inbound.values() if not inbound.closed]
