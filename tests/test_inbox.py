@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import pickle
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -235,3 +236,112 @@ def test_the_worker_that_took_a_record_claims_the_update_it_makes_due_now_only()
     policy = started_policy([shared], 2, gil=True)
     received(shared, 4.0, 0.03)
     assert not policy.received_to_free(shared, 0.03, 1)
+
+
+def test_a_record_taken_before_its_write_is_done_publishes_the_message_once_done() -> None:
+    """NOTE [ the wake before the copy ]: the record of a plain write goes before its copy;
+    the inbox's thread, taking it while the copy has not finished, publishes the message once
+    the write is done, with no later record (planted: the thread not looking at the
+    unsettled output again: message 2 never came)."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    box = Inbox(cast(Any, _Engine(0)), Standins(["y"]), [reader])
+    pipe, ring = Pipe(writer), RingWriter()
+    seen: list[float] = []
+    published = threading.Event()
+
+    def watch(message: Any) -> None:
+        seen.append(float(message[0]))
+        published.set()
+
+    box.standins.ports["y"]._add_watcher(watch)
+    box.start()
+    record = _framed(pickle.dumps(("y",), protocol=pickle.HIGHEST_PROTOCOL))
+    try:
+        _send(pipe, ring, 1.0, 1)
+        assert published.wait(HANG_GUARD), "message 1 was not published"
+        published.clear()
+        taken = threading.Event()
+
+        def wake() -> None:  # the record, then the copy only once the thread found it begun
+            pipe.send("y", record, None)
+            deadline = time.monotonic() + HANG_GUARD
+            while not box._unsettled and time.monotonic() < deadline:
+                time.sleep(0.001)
+            taken.set()
+
+        assert ring.write_plain(torch.full((4,), 2.0), 2.0, 2, wake)
+        assert taken.is_set() and seen == [1.0]
+        assert published.wait(HANG_GUARD), "message 2 was not published once its write was done"
+        assert seen == [1.0, 2.0]
+    finally:
+        pipe.close()
+        box.close(HANG_GUARD)
+        ring.close()
+        reader.close()
+
+
+def test_a_write_that_stays_unfinished_is_looked_at_again_without_a_busy_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a writer stays stopped in the middle of a plain write whose record came first
+    (NOTE [ the wake before the copy ]), the inbox's thread looks at it again on its timed
+    waits and never wakes itself for it; once the write is done, the message is published
+    (planted: ``_unsettle`` writing the thread's eventfd, as a worker's ``receive`` does: the
+    thread woke itself at each look)."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    box = Inbox(cast(Any, _Engine(0)), Standins(["y"]), [reader])
+    pipe, ring = Pipe(writer), RingWriter()
+    seen: list[float] = []
+    published = threading.Event()
+
+    def watch(message: Any) -> None:
+        seen.append(float(message[0]))
+        published.set()
+
+    box.standins.ports["y"]._add_watcher(watch)
+    looks = threading.Semaphore(0)
+    recheck = box._recheck
+
+    def counted() -> None:
+        recheck()
+        looks.release()
+
+    box._recheck = counted  # type: ignore[method-assign]  # counts the thread's looks
+    self_wakes: list[int] = []
+    eventfd_write = os.eventfd_write
+
+    def write(fd: int, value: int) -> None:
+        if threading.current_thread().name == "mujou-ports-in":
+            self_wakes.append(fd)
+        eventfd_write(fd, value)
+
+    monkeypatch.setattr(os, "eventfd_write", write)
+    box.start()
+    record = _framed(pickle.dumps(("y",), protocol=pickle.HIGHEST_PROTOCOL))
+    release = threading.Event()
+
+    def stopped_in_the_middle() -> None:
+        pipe.send("y", record, None)
+        release.wait(HANG_GUARD)
+
+    sender = threading.Thread(
+        target=lambda: ring.write_plain(torch.full((4,), 2.0), 2.0, 2, stopped_in_the_middle), daemon=True
+    )
+    try:
+        _send(pipe, ring, 1.0, 1)
+        assert published.wait(HANG_GUARD), "message 1 was not published"
+        published.clear()
+        sender.start()
+        for _ in range(3):
+            assert looks.acquire(timeout=HANG_GUARD), "the thread did not look at the write again"
+        assert self_wakes == [] and seen == [1.0]
+        release.set()
+        sender.join(HANG_GUARD)
+        assert published.wait(HANG_GUARD), "message 2 was not published once its write was done"
+        assert seen == [1.0, 2.0]
+    finally:
+        release.set()
+        pipe.close()
+        box.close(HANG_GUARD)
+        ring.close()
+        reader.close()

@@ -579,3 +579,58 @@ def test_a_reader_during_a_plain_write_gets_the_previous_message(monkeypatch: py
     assert (number, stamp) == (1, 1.0) and torch.equal(got, torch.full((8,), 1.0))
     number, stamp, (got,) = read(reader)
     assert (number, stamp) == (2, 2.0) and torch.equal(got, torch.full((8,), 2.0))
+
+
+def test_a_reader_woken_before_the_copy_waits_for_the_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOTE [ the wake before the copy ]: ``write_plain`` calls ``wake`` after ``started``
+    and before its copy; a reader that comes then waits for ``done`` and gets that message
+    (planted: ``latest`` not waiting for a write begun: the reader got message 1, and the
+    writer's copy waited in vain for it to wait)."""
+    writer = RingWriter(slots=2)
+    reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)], 1.0, 1))))
+    waiting = threading.Event()
+    settle = _ring._settle
+
+    def observed(words: memoryview, started: int, patience: float) -> bool:
+        waiting.set()
+        return settle(words, started, patience)
+
+    monkeypatch.setattr(_ring, "_settle", observed)
+    got: list[tuple[tuple[int, float, list[torch.Tensor]] | None, bool]] = []
+    thread = threading.Thread(
+        target=lambda: got.append((reader.latest(HANG_GUARD), reader.unsettled)), daemon=True
+    )
+    original = _ring._copy_in
+
+    def copy_once_the_reader_waits(view: torch.Tensor, tensor: torch.Tensor) -> None:
+        waiting.wait(HANG_GUARD)
+        original(view, tensor)
+
+    monkeypatch.setattr(_ring, "_copy_in", copy_once_the_reader_waits)
+    assert writer.write_plain(torch.full((8,), 2.0), 2.0, 2, thread.start)
+    thread.join(HANG_GUARD)
+    assert waiting.is_set(), "the reader did not wait for the write begun"
+    ((message, unsettled),) = got
+    assert message is not None and not unsettled
+    number, stamp, (tensor,) = message
+    assert (number, stamp) == (2, 2.0) and torch.equal(tensor, torch.full((8,), 2.0))
+
+
+def test_a_write_that_does_not_finish_in_the_readers_patience_leaves_it_unsettled() -> None:
+    """A reader that finds a write begun which does not finish within its patience (here the
+    writer's own thread, in ``wake``) gets the previous message and says it is unsettled; once
+    the write is done it gets the new one, settled (planted: ``unsettled`` not set: the first
+    read said settled)."""
+    writer = RingWriter(slots=2)
+    reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)], 1.0, 1))))
+    seen: list[tuple[int, bool]] = []
+
+    def wake() -> None:
+        got = reader.latest(0.0)
+        seen.append((-1 if got is None else got[0], reader.unsettled))
+
+    assert writer.write_plain(torch.full((8,), 2.0), 2.0, 2, wake)
+    assert seen == [(1, True)]
+    assert read(reader)[0] == 2 and not reader.unsettled
+    assert not writer.write_plain(torch.full((3,), 2.0), 3.0, 3, wake)  # not written: no wake
+    assert seen == [(1, True)]

@@ -17,10 +17,12 @@ import pytest
 import torch
 from _support import HANG_GUARD
 
+from mujou._processes import _ring
 from mujou._processes._inbox import Inbox
 from mujou._processes._ring import Announce, RingWriter
 from mujou._processes._wire import (
     _NONBLOCKING,
+    Forwarders,
     Pipe,
     Standins,
     _framed,
@@ -194,3 +196,35 @@ def test_an_announcement_whose_sender_took_its_descriptor_back_ends_the_receiver
     assert not receiver._thread.is_alive()
     assert engine.crashes == []
     assert reader.closed
+
+
+def test_the_senders_record_of_a_plain_write_goes_before_its_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOTE [ the wake before the copy ] in _ring: a message that fits the plain ring in use
+    is in its reader's pipe (the record) before the slot is copied; a first message, which
+    makes the ring, is announced after its write (planted: the record after the copy, as
+    before: the pipe was empty during the copy)."""
+    standins = Standins(["y"])
+    forwarders = Forwarders({"y": standins.ports["y"]}, virtual=False)
+    reading, writing = multiprocessing.Pipe(duplex=False)
+    pipe = Pipe(writing)
+    forwarders.install({"y": [pipe]})
+    fd = reading.fileno()
+    in_the_pipe: list[bool] = []
+    copy_in = _ring._copy_in
+
+    def copy(view: torch.Tensor, tensor: torch.Tensor) -> None:
+        in_the_pipe.append(bool(select.select([fd], [], [], 0)[0]))
+        copy_in(view, tensor)
+
+    monkeypatch.setattr(_ring, "_copy_in", copy)
+    try:
+        standins.publish(None, "y", torch.full((4,), 1.0), None, stamp=1.0, number=1)
+        assert in_the_pipe == [False]  # the ring's first write: announced, then recorded, after it
+        while select.select([fd], [], [], 0)[0]:
+            os.read(fd, 1 << 16)
+        standins.publish(None, "y", torch.full((4,), 2.0), None, stamp=2.0, number=2)
+        assert in_the_pipe == [False, True]
+    finally:
+        forwarders.remove()
+        pipe.close()
+        reading.close()

@@ -249,6 +249,83 @@ one that does the read, the copy and the header; or the engine's side, about a t
 Fewer calls in Python did pay once: the plain write copies with one ``copy_`` now instead of
 two more properties, ``data_ptr`` and a ctypes ``memmove`` (NOTE [ the plain path ]: the
 stamp to the record written 33.0 -> 24.5 µs, medians of five runs alternated).
+
+Then (issue 24, helper hand, 2026-12-04 evening), on the quiet 16-core machine (the GPU
+machine's CPUs, otherwise idle), where the bench had 105 µs against the floor's 44.3. A stamp
+after each step in a copy of 942ff87 (about 0.3 µs a stamp), 256 B, two runs of 3 s, p50
+from the sender's stamp, cumulative:
+
+    the sender: the watcher entered 10.0-13.1, the ring written 20.1-26.7, the record
+      written (os.write returned) 26.4-35.7
+    the reader: out of epoll_wait 60.8-71.4, the pipe read 70.4-80.7, the slot copied
+      84.3-93.8, published 94.7-103.4, the update claimed 108.2-116.8, the gate taken
+      109.8-118.2, on_update 128.3-133.8, its read 133.9-138.9
+    the floor, same minutes: its write returned 13.6-18.0, its reader out of os.read
+      41.5-47.2, its clone done and read 61.7-79.4
+    64 KiB: the ring written 21-28 µs after the watcher (the copy), 120-155 µs in all
+      against the floor's 94-100
+
+So the wake-up costs what the floor's does (34-36 µs from the write to the woken reader,
+the floor's 23-34: each on an idle CPU of its own there), and every step of both processes
+costs about 10 µs, run cold: there is no one step to remove. Counted per message on the path
+(2-core machine; ``sys.setprofile`` from the reader's epoll return to ``on_update``, and
+from the sender's stamp to its ``os.write``): the reader 22 Python calls and about 25 C
+calls (9 of the Python calls in this module and ``_ring``, the rest the engine's: the claim,
+``Parking.notify``, the worker's loop; ``Standins.publish``), the sender 7 and 6
+(``Output.send``, the watcher, ``write_plain`` with its check and copy, ``Pipe.send``);
+instructions with callgrind's collection switched on over the same regions (stamps
+included): the reader 68,300-68,400 a message, the sender 30,400-31,400, of which the
+interpreter's loop about 45 % and 39 %; the floor's, counted the same way (its reader from
+before its blocking ``os.read`` to its clone done, its sender from its stamp to its write
+returned): 14,200 and 10,000. Python opcodes on the same paths (``sys.settrace`` with
+opcode events, per call): the reader about 960 a message, of which this layer's read of a
+record 314 (``receive`` 50, ``_read`` 58, ``_publish`` 89, ``RingReader.latest`` 87,
+``_copy_into`` 22, ``structured`` 8), ``Standins.publish`` 57, and the engine's about 550
+(the runner's start of the update 209, ``Workers.claim`` 124, ``Policy.received_to_free``
+82, ``Workers._answer`` 40, ``Parking.notify`` 29, three ``RealClock.now`` 51, ...); the
+sender 358 (``Output.send`` 83, the watcher 51, ``write_plain`` 96 and ``_fits_plain`` 32,
+``Pipe.send`` 44).
+
+Changed: the plain write's record goes before its copy (NOTE [ the wake before the copy ] in
+``_ring``): the copy runs while the reader wakes, and the sender's path to the wake byte is
+21,400-21,900 instructions instead of 30,400-31,400 (callgrind as above). The reader waits
+for a write it finds begun in 0.2 % of the messages (5-13 of about 3,170 a run; 81 in one
+run at load 2), each settled within its patience, none left to the thread. Stamps on this
+2-core machine (base and new alternated, p50 of 3 s runs, load 1.9-2.3), the record written:
+256 B 30.7, 23.8, 26.4 -> 24.5, 22.8, 24.7 µs; 64 KiB 38.0, 28.8, 26.5 -> 24.6, 19.3, 19.4;
+send to read: 256 B 117.4, 111.9, 102.2 -> 120.5, 108.5, 117.4; 64 KiB 131.2, 99.7, 90.3 ->
+123.4, 94.8, 91.1. Here the woken reader runs on the sender's CPU (the other one busy; a
+pipe's write is a sync wake-up, above), so it waits for the copy after the wake-up as it
+waited for it before: the wake-up (write to the reader awake) grew by about as much as the
+write came earlier (256 B: 33.1, 35.8, 29.3 -> 45.7, 38.3, 40.8 µs). Where the reader wakes
+on an idle CPU of its own, as on the quiet machine, the copy is off the path: 10-14 µs
+expected at 256 B, 20-28 at 64 KiB (the ring's write in the split above), which the lead's
+run on that machine is to show; it was not measured there again (no device time left). The
+bench here (``python -m bench._one mujou_processes cross_process '{"nbytes": 256,
+"seconds": 2.0}'``, 942ff87 and this commit alternated with the floor, five rounds, load
+1.9-2.6): 256 B 112.0, 106.5, 111.7, 109.8, 119.0 (median 111.7) -> 90.6, 103.7, 86.7,
+112.1, 121.3 (103.7) µs, the floor 48.0, 57.4, 43.0, 53.5, 57.3 (53.5); 64 KiB 126.4, 134.0,
+121.9, 119.4, 123.2 -> 129.3, 130.4, 109.2, 134.0, 138.6, the floor 59.6-75.9: within this
+machine's noise.
+
+Also the inbox's hot path in one function (``receive`` reads the pipe and publishes a read
+of one known record itself; ``RingReader.structured`` an attribute): two Python calls fewer,
+this layer's read of a record 314 -> 302 opcodes (``latest`` reads ``started`` too: 87 -> 99),
+within the noise of the instructions counted (65,100-70,100 against 68,300-68,400). The
+sender's path to the wake byte: 358 -> 306 opcodes (``write_plain`` 96 -> 55 before it calls
+``wake``; the watcher's ``wake`` 17), its ``copy_`` after it.
+
+What is left, at the quiet machine's figures: 1.5x the floor is 66 µs where Mujou takes about
+95 once the copy is off the path. The rest is spread, about 10 µs a step: the sender's
+``Output.send`` before its watcher (10-13 µs, the engine's), the plain write's check and the
+record (about 10), the wake-up (the floor's), and the reader's 67 µs from its wake-up to
+``on_update`` against the floor's 20-32 from its wake-up to its read: this layer's read, copy
+and publish about 33, the engine's claim and the way back to the update about 34. What would
+remove most of it is fewer distinct Python functions and C calls touched per message on both
+sides (each step's cost is its cold caches, not its instructions): one C function per side
+(the sender's check, copy, header and write; the reader's read, copy, publish and claim)
+through torch's C++ API, or the engine's claim and start of the update folded into the
+reader's call.
 """
 
 from __future__ import annotations
@@ -265,7 +342,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 from .._engine._arrivals import sent_arrived
-from ._ring import RingReader
+from ._ring import SETTLE, RingReader
 from ._wire import NO_HOLDER, Standins, joined, unpacked_rest
 
 if TYPE_CHECKING:
@@ -278,6 +355,7 @@ _READ = 1 << 16  # bytes read from a pipe at once: many records
 LISTENING = hasattr(select, "EPOLLEXCLUSIVE") and hasattr(os, "eventfd")
 _EXCLUSIVE = getattr(select, "EPOLLEXCLUSIVE", 0)
 _LONGEST = 3600.0  # seconds: an epoll waits at most this at once (its limit is about 24 days)
+_RECHECK = 0.001  # seconds between the thread's looks at a write whose record came before it finished
 
 
 class _Inbound:
@@ -316,6 +394,9 @@ class Inbox:
         self._polls: list[select.epoll] = []  # every epoll the pipes are in, but gates closed
         self._gates: list[ListeningGate] = []
         self._wake = -1  # the thread's eventfd (LISTENING), written to make it look again
+        # Outputs whose newest write had begun and not finished when a record of it was taken
+        # (NOTE [ the wake before the copy ] in _ring): the thread looks at them again.
+        self._unsettled: set[tuple[_Inbound, str]] = set()
         self._thread = threading.Thread(target=self._main, name="mujou-ports-in", daemon=True)
 
     def start(self) -> None:
@@ -364,14 +445,27 @@ class Inbox:
         inbound = self._inbound.get(fd)
         if inbound is None:
             return
-        woken: list[_Port] = []
         try:
             with inbound.lock:
                 if inbound.closed:
                     return
-                self._read(inbound, woken)
+                try:
+                    chunk = os.read(fd, _READ)
+                except BlockingIOError:
+                    return  # another reader took what there was
+                # The hot path: the read took the pipe's one record, of an output seen before
+                # (NOTE [ the hand-off between processes ]): one lookup, one publish.
+                name = None if inbound.buffer else self._framed.get(chunk)
+                if name is not None and len(chunk) < _READ and not self._stopped:
+                    port = self._publish(inbound, name)
+                    woken: Sequence[_Port] = (port,) if port is not None and port._wakes else ()
+                else:
+                    woken = []
+                    self._read(inbound, chunk, woken)
             if woken:
                 self._arrived(woken, worker)
+            if worker is not None and self._unsettled:
+                self._tell_thread()  # to look at a write it found begun, later
         except BaseException as exc:
             self._close(inbound)
             if not self._stopped and not self.engine.ended:
@@ -390,47 +484,41 @@ class Inbox:
             finally:
                 inbound.lock.release()
 
-    def _read(self, inbound: _Inbound, woken: list[_Port]) -> None:
-        """With ``inbound.lock`` held: read the pipe until it is empty, take its records."""
+    def _read(self, inbound: _Inbound, chunk: bytes, woken: list[_Port]) -> None:
+        """With ``inbound.lock`` held: take the records of ``chunk``, just read from the pipe,
+        and of what the pipe holds after it, until it is empty."""
         fd = inbound.fd
         names: dict[str, None] = {}  # the outputs to publish, once each: the newest slot
         while True:
-            try:
-                chunk = os.read(fd, _READ)
-            except BlockingIOError:
-                break
             if not chunk:  # the sender's process closed its end: it stopped, or died
                 self._publish_all(inbound, names, woken)
                 self._close_locked(inbound)
                 return
-            if not inbound.buffer:  # the common case: whole records, one seen before
-                name = self._framed.get(chunk)
-                if name is not None and not self._stopped:
-                    if len(chunk) < _READ:
-                        if not names:  # the read took the pipe's one record: the hot path
-                            self._publish(inbound, name, woken)
-                            return
-                        names[name] = None
+            name = None if inbound.buffer or self._stopped else self._framed.get(chunk)
+            if name is not None:  # whole records, one seen before
+                names[name] = None
+            else:
+                data = inbound.buffer + chunk if inbound.buffer else chunk
+                at, end = 0, len(data)
+                while end - at >= _FRAME.size:
+                    (length,) = _FRAME.unpack_from(data, at)
+                    if end - at - _FRAME.size < length:
                         break
-                    names[name] = None
-                    continue
-            data = inbound.buffer + chunk if inbound.buffer else chunk
-            at, end = 0, len(data)
-            while end - at >= _FRAME.size:
-                (length,) = _FRAME.unpack_from(data, at)
-                if end - at - _FRAME.size < length:
-                    break
-                record = data[at + _FRAME.size : at + _FRAME.size + length]
-                at += _FRAME.size + length
-                if self._stopped:
-                    continue  # not unpickled: an announcement would fetch a descriptor
-                name = self._names.get(record)
-                if name is not None:
-                    names[name] = None
-                    continue
-                self._record(inbound, record, names)
-            inbound.buffer = data[at:]
+                    record = data[at + _FRAME.size : at + _FRAME.size + length]
+                    at += _FRAME.size + length
+                    if self._stopped:
+                        continue  # not unpickled: an announcement would fetch a descriptor
+                    name = self._names.get(record)
+                    if name is not None:
+                        names[name] = None
+                        continue
+                    self._record(inbound, record, names)
+                inbound.buffer = data[at:]
             if len(chunk) < _READ:
+                break
+            try:
+                chunk = os.read(fd, _READ)
+            except BlockingIOError:
                 break
         self._publish_all(inbound, names, woken)
 
@@ -458,19 +546,25 @@ class Inbox:
         """Publish the newest slot of each of ``names``, unless it is out already (or its ring
         never came: its sender took the announcement's descriptor back as it ended)."""
         for name in names:
-            self._publish(inbound, name, woken)
+            port = self._publish(inbound, name)
+            if port is not None and port._wakes:
+                woken.append(port)
 
-    def _publish(self, inbound: _Inbound, name: str, woken: list[_Port]) -> None:
-        """Publish the newest slot of output ``name`` (``_publish_all``, for one output)."""
+    def _publish(self, inbound: _Inbound, name: str, patience: float = SETTLE) -> _Port | None:
+        """Publish the newest slot of output ``name``; its stand-in, or None where nothing
+        was published (``_publish_all``, for one output). A write of it begun and not done
+        after ``patience`` seconds is looked at again later (``_unsettled``)."""
         reader = inbound.readers.get(name)
         if reader is None:
-            return
-        got = reader.latest()
+            return None
+        got = reader.latest(patience)
+        if reader.unsettled:
+            self._unsettle(inbound, name)
         if got is None:
-            return
+            return None
         number, stamp, tensors = got
         if number <= inbound.published.get(name, 0):
-            return  # published already, by an earlier record that found it newest
+            return None  # published already, by an earlier record that found it newest
         inbound.published[name] = number
         if reader.structured:
             rest = unpacked_rest(tensors.pop())
@@ -478,14 +572,46 @@ class Inbox:
         else:
             message, nest = tensors[0], None
         if self.engine.ended or self._stopped:
-            return
+            return None
         # A ring's copy, made for this message and changed by no one: its version is 0
         # (no torch call for it on the reader's path).
-        port = self.standins.publish(None, name, message, nest, stamp=stamp, number=number, fresh=True)
-        if port._wakes:
-            woken.append(port)
+        return self.standins.publish(None, name, message, nest, stamp=stamp, number=number, fresh=True)
 
-    def _arrived(self, woken: list[_Port], worker: int | None) -> None:
+    def _unsettle(self, inbound: _Inbound, name: str) -> None:
+        """Output ``name``'s newest write had begun and not finished (NOTE [ the wake before
+        the copy ] in ``_ring``): the thread looks at it again every ``_RECHECK`` seconds until
+        it is published (its writer sends no other record for it). A worker that took the
+        record wakes the thread for it (``receive``); the thread itself looks before it waits
+        again, so it never wakes itself: no busy loop while a writer stays stopped."""
+        with self._polls_lock:
+            self._unsettled.add((inbound, name))
+
+    def _tell_thread(self) -> None:
+        """Make the thread look again now (at ``_unsettled``, at its pipes)."""
+        with self._polls_lock:
+            if self._wake >= 0:
+                os.eventfd_write(self._wake, 1)
+
+    def _recheck(self) -> None:
+        """The thread: publish what ``_unsettle`` left, where its write is done now (without
+        waiting for it), and wake the readers it triggers."""
+        with self._polls_lock:
+            unsettled = list(self._unsettled)
+            self._unsettled.clear()
+        for inbound, name in unsettled:
+            try:
+                with inbound.lock:
+                    if inbound.closed:
+                        continue
+                    port = self._publish(inbound, name, 0.0)
+                if port is not None and port._wakes:
+                    self._arrived((port,), None)
+            except BaseException as exc:
+                self._close(inbound)
+                if not self._stopped and not self.engine.ended:
+                    self.engine.crashed(NO_HOLDER, exc, exits=False)
+
+    def _arrived(self, woken: Sequence[_Port], worker: int | None) -> None:
         """The messages just published arrive (trigger.real-time); the readers they trigger
         are due at once, and the parked ``worker`` that took them is the one woken first."""
         engine = self.engine
@@ -536,9 +662,7 @@ class Inbox:
             reader.close()
         inbound.readers.clear()
         inbound.connection.close()
-        with self._polls_lock:
-            if self._wake >= 0:
-                os.eventfd_write(self._wake, 1)
+        self._tell_thread()
 
     def _open(self) -> list[_Inbound]:
         return [inbound for inbound in self._inbound.values() if not inbound.closed]
@@ -566,12 +690,14 @@ class Inbox:
                 self._register(poll)  # after the workers': woken only when no worker waits
             while self._open():
                 self.prepare()
-                for fd, _ in poll.poll():
+                for fd, _ in poll.poll(_RECHECK if self._unsettled else -1):
                     if fd == self._wake:
                         with contextlib.suppress(BlockingIOError):
                             os.eventfd_read(self._wake)
                     else:
                         self.receive(fd, None)
+                if self._unsettled:
+                    self._recheck()
         finally:
             with self._polls_lock:
                 self._polls.remove(poll)
@@ -588,6 +714,8 @@ class Inbox:
                 self.receive(fd, None)
                 if self._inbound[fd].closed:
                     poll.unregister(fd)
+            if self._unsettled:
+                self._recheck()
 
 
 class ListeningGate:

@@ -102,6 +102,25 @@ properties 8.1 us, a ctypes memmove of 256 B 8.7), and one ``copy_`` costs less 
 calls it replaces: the sender's stamp to its record written 33.0 -> 24.5 us (median of five
 runs each, base and new alternated, 256 B, load 6-8.5; the ring's write alone 11.5 -> 7.8).
 
+NOTE [ the wake before the copy ]
+
+``write_plain`` tells the readers before it copies: it stores ``started``, calls ``wake``
+(the sender's records, an ``os.write`` to each reader's process), then copies the slot and
+stores ``done``. Waking a reader's thread takes longer than the copy (on a quiet 16-core
+machine 34 us from the sender's write to the woken reader, against 10-14 us of the plain
+write's checks and copy run cold, 20-28 at 64 KiB): the copy is done while the reader wakes,
+not before the record that wakes it. The reader reads ``started`` first (``latest``): a
+write begun and not done is waited for (``_settle``: a few looks, then yields of the CPU, so
+that a writer on the same CPU can finish, for up to ``SETTLE``), and the reader then takes it
+as the seqlock says. A write that does not finish by then (its writer stopped or descheduled
+in the middle of a copy) leaves the reader with the newest complete slot, and
+``RingReader.unsettled`` tells the caller to look again: the inbox's thread looks every
+``_RECHECK`` until that write is done, as its writer sends no other record for it. A writer
+never waits for a reader (proc.latest-value), and no reader sees a slot half written: only
+the record's place changed. ``write``'s other paths (a new layout: a new ring, a nest) still
+send their records after the write, as an announcement must come before them; a reader that
+meets one of those writes begun waits for it the same way, or gets its record later.
+
 On x86-64 the reader needs no fence instruction: its loads are not reordered with one
 another (TSO), and each of its three steps is a C call of its own, which the compiler cannot
 move; so the reader does not fence there (``_READ_FENCED``: each fence was a ctypes call on the
@@ -128,6 +147,7 @@ import ctypes
 import ctypes.util
 import functools
 import math
+import os
 import platform
 import sys
 import threading
@@ -150,6 +170,12 @@ _DONE = 1
 _SLOT_WORDS = 8  # slot k's number is word 8 + 2k, its stamp word 9 + 2k
 _SPINS_BEFORE_YIELD = 100  # reader retries before it yields the CPU between tries
 _TRIES = 1000  # copies a reader tries before it gives up (NOTE [ a reader that keeps being lapped ])
+# A reader that finds a write begun and not done (NOTE [ the wake before the copy ]): looks
+# this many times, then yields the CPU between looks for up to SETTLE seconds. A plain write
+# copies a slot in microseconds; a writer stopped in the middle (a signal, descheduled) is
+# looked at again later by the reader's caller, so this bounds the wait, not the delivery.
+_SETTLE_SPINS = 64
+SETTLE = 0.0002  # s
 
 
 def _align(nbytes: int) -> int:
@@ -239,6 +265,26 @@ def _fits_plain(tensor: torch.Tensor, plain: Layout) -> bool:
         and not tensor.is_nested  # before the shape: a nested tensor's shape raises
         and tensor.shape == shape
     )
+
+
+def _settle(words: memoryview, started: int, patience: float) -> bool:
+    """Wait until write ``started`` is done, up to ``patience`` seconds: whether it is
+    (NOTE [ the wake before the copy ]). Spins a while, then yields the CPU between looks, so
+    that a writer on the same CPU (a woken reader may take the writer's) can finish."""
+    for _ in range(_SETTLE_SPINS):
+        if words[_DONE] >= started:
+            return True
+    if patience <= 0:
+        return False
+    deadline = time.monotonic() + patience
+    while words[_DONE] < started:
+        if time.monotonic() >= deadline:
+            return False
+        _yield_cpu()
+    return True
+
+
+_yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))  # releases the GIL
 
 
 def _copy_into(spare: Sequence[memoryview], leaves: Sequence[memoryview]) -> None:
@@ -404,11 +450,16 @@ class RingWriter:
         self._number: int | None = None  # the last message number written
         self._closed = False
 
-    def write_plain(self, tensor: torch.Tensor, stamp: float, number: int) -> bool:
+    def write_plain(
+        self, tensor: torch.Tensor, stamp: float, number: int, wake: Callable[[], None] | None = None
+    ) -> bool:
         """``write([tensor], stamp, number)`` where that is the plain path of the ring in use
         (NOTE [ the plain path ]): the sender's hot path, which ``write`` takes first; whether
         it wrote. False: nothing was done (no plain ring yet, another layout, a tensor that is
-        not dense, a number that does not increase, the writer closed): ``write`` goes on."""
+        not dense, a number that does not increase, the writer closed): ``write`` goes on.
+
+        ``wake``: called once the write has begun and before its copy, to tell the readers
+        (NOTE [ the wake before the copy ]); not called when nothing is written."""
         ring = self._ring
         if ring is None or self._closed:
             return False
@@ -424,6 +475,8 @@ class RingWriter:
         fenced = ring.fenced
         if fenced:
             _fence()  # NOTE [ the ring's seqlock ]: started before the slot's bytes
+        if wake is not None:
+            wake()  # NOTE [ the wake before the copy ]: a reader that comes waits for done
         # detach(): as in write (a slot's view is not to join the message's graph).
         _copy_in(ring.views[slot][0], tensor.detach() if tensor.requires_grad else tensor)
         words[_SLOT_WORDS + 2 * slot] = number
@@ -506,10 +559,16 @@ class RingReader:
 
     def __init__(self, announce: Announce) -> None:
         self._ring: _Ring | None = self._open(announce)
+        # Whether the last tensor of each slot of the ring read now is the writer's data about
+        # the message (``RingWriter.write(structured=True)``): an attribute, read on the hot path.
+        self.structured = announce.structured
         # Tensors made ahead (``prepare``) for the next copy out, and their addresses: the
         # copy is then a memmove per leaf, without a tensor made on the reader's path.
         self._spare: list[torch.Tensor] | None = None
         self._spare_bytes: list[memoryview] = []  # their bytes (alive while _spare holds them)
+        # Whether the last ``latest`` found a write begun that did not finish while it waited
+        # (NOTE [ the wake before the copy ]): its message is still to come.
+        self.unsettled = False
 
     @staticmethod
     def _open(announce: Announce) -> _Ring:
@@ -530,14 +589,6 @@ class RingReader:
             raise RuntimeError("the ring reader is closed")
         return self._ring.announce.generation
 
-    @property
-    def structured(self) -> bool:
-        """Whether the last tensor of each slot of the ring read now is the writer's data
-        about the message (``RingWriter.write(structured=True)``)."""
-        if self._ring is None:
-            raise RuntimeError("the ring reader is closed")
-        return self._ring.announce.structured
-
     def reannounce(self, announce: Announce) -> None:
         """Read the ring of ``announce`` from now on: a newer generation of the same output's.
 
@@ -550,6 +601,7 @@ class RingReader:
                 f"got generation {announce.generation!r}"
             )
         self._ring = self._open(announce)
+        self.structured = announce.structured
         self._spare = None
         self._spare_bytes = []
 
@@ -564,10 +616,15 @@ class RingReader:
         self._spare = spare
         return True
 
-    def latest(self) -> tuple[int, float, list[torch.Tensor]] | None:
+    def latest(self, patience: float = SETTLE) -> tuple[int, float, list[torch.Tensor]] | None:
         """``(number, stamp, tensors)`` of the newest complete slot; None before any write,
         or when the writer lapped each of ``_TRIES`` copies (NOTE [ a reader that keeps being
         lapped ]: the writer's next record tries again).
+
+        A write begun and not finished yet (its record may come before its copy, NOTE [ the
+        wake before the copy ]) is waited for, up to ``patience`` seconds (0: not at all);
+        if it did not finish by then, the newest complete slot is returned (or None) and
+        ``unsettled`` is set: the caller looks again later.
 
         The tensors are fresh contiguous CPU copies the caller owns, shaped by the layout.
         Never a half-written slot: when the writer may have overwritten the slot during the
@@ -577,6 +634,8 @@ class RingReader:
         if ring is None:
             raise RuntimeError("the ring reader is closed")
         words = ring.words
+        started = words[_STARTED]
+        self.unsettled = started > words[_DONE] and not _settle(words, started, patience)
         slots = ring.slots
         spare = self._spare
         tries = 0

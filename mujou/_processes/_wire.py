@@ -199,14 +199,20 @@ class Forwarders:
         record = _framed(pickle.dumps((name,), protocol=pickle.HIGHEST_PROTOCOL))
         room = 0  # the room for a nest's rest in the slots of the ring written now
 
+        def wake() -> None:
+            for pipe in pipes:
+                pipe.send(name, record, None)
+
         def send(message: Any) -> None:
             nonlocal room
             latest = port._latest
             assert latest is not None
             tensor = latest[0]
-            if latest[2] is None and ring.write_plain(tensor, latest[3], latest[4]):
-                announce = None  # the hot path: a bare tensor that fits the plain ring in use
-            elif latest[2] is None and tensor.is_cpu:  # a bare CPU tensor: split's first case, inline
+            if latest[2] is None and ring.write_plain(tensor, latest[3], latest[4], wake):
+                # The hot path: a bare tensor that fits the plain ring in use; its records went
+                # before its copy (NOTE [ the wake before the copy ] in _ring).
+                return
+            if latest[2] is None and tensor.is_cpu:  # a bare CPU tensor: split's first case, inline
                 announce = ring.write([tensor], latest[3], latest[4])
             else:
                 _, tensors, rest, stamp, number = split(port, name)
