@@ -345,3 +345,46 @@ def test_a_write_that_stays_unfinished_is_looked_at_again_without_a_busy_loop(
         box.close(HANG_GUARD)
         ring.close()
         reader.close()
+
+
+def test_a_writer_that_finishes_after_its_reader_gave_up_wakes_it_again() -> None:
+    """NOTE [ the wake before the copy ]: a reader that gave up waiting for a write begun
+    asks its writer (the ring's waiting word) to wake it once done; the writer's second
+    record publishes the message, with no timed look of the thread (here never made)
+    (planted: the writer not looking at the waiting word: message 2 never came)."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    box = Inbox(cast(Any, _Engine(0)), Standins(["y"]), [reader])
+    box._recheck = lambda: None  # type: ignore[method-assign]  # only the writer's record publishes
+    pipe, ring = Pipe(writer), RingWriter()
+    seen: list[float] = []
+    published = threading.Event()
+
+    def watch(message: Any) -> None:
+        seen.append(float(message[0]))
+        published.set()
+
+    box.standins.ports["y"]._add_watcher(watch)
+    box.start()
+    record = _framed(pickle.dumps(("y",), protocol=pickle.HIGHEST_PROTOCOL))
+    try:
+        _send(pipe, ring, 1.0, 1)
+        assert published.wait(HANG_GUARD), "message 1 was not published"
+        published.clear()
+        calls = 0
+
+        def wake() -> None:  # the first record, then the copy once the thread gave up on it
+            nonlocal calls
+            calls += 1
+            pipe.send("y", record, None)
+            deadline = time.monotonic() + HANG_GUARD
+            while calls == 1 and not box._unsettled and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+        assert ring.write_plain(torch.full((4,), 2.0), 2.0, 2, wake)
+        assert published.wait(HANG_GUARD), "message 2 was not published by the writer's second record"
+        assert seen == [1.0, 2.0] and calls == 2
+    finally:
+        pipe.close()
+        box.close(HANG_GUARD)
+        ring.close()
+        reader.close()

@@ -618,9 +618,10 @@ def test_a_reader_woken_before_the_copy_waits_for_the_write(monkeypatch: pytest.
 
 def test_a_write_that_does_not_finish_in_the_readers_patience_leaves_it_unsettled() -> None:
     """A reader that finds a write begun which does not finish within its patience (here the
-    writer's own thread, in ``wake``) gets the previous message and says it is unsettled; once
-    the write is done it gets the new one, settled (planted: ``unsettled`` not set: the first
-    read said settled)."""
+    writer's own thread, in ``wake``) gets the previous message and says it is unsettled; the
+    writer, once done, wakes the readers again, and then the reader gets the new one, settled
+    (planted: ``unsettled`` not set: the first read said settled; the writer not looking at
+    the waiting word: no second wake)."""
     writer = RingWriter(slots=2)
     reader = RingReader(passed(_first(writer.write([torch.full((8,), 1.0)], 1.0, 1))))
     seen: list[tuple[int, bool]] = []
@@ -630,7 +631,8 @@ def test_a_write_that_does_not_finish_in_the_readers_patience_leaves_it_unsettle
         seen.append((-1 if got is None else got[0], reader.unsettled))
 
     assert writer.write_plain(torch.full((8,), 2.0), 2.0, 2, wake)
-    assert seen == [(1, True)]
+    assert seen == [(1, True), (2, False)]
     assert read(reader)[0] == 2 and not reader.unsettled
     assert not writer.write_plain(torch.full((3,), 2.0), 3.0, 3, wake)  # not written: no wake
-    assert seen == [(1, True)]
+    assert writer.write_plain(torch.full((8,), 4.0), 4.0, 4, lambda: seen.append((0, False)))
+    assert seen == [(1, True), (2, False), (0, False)]  # nobody waited: one wake

@@ -579,10 +579,11 @@ class Inbox:
 
     def _unsettle(self, inbound: _Inbound, name: str) -> None:
         """Output ``name``'s newest write had begun and not finished (NOTE [ the wake before
-        the copy ] in ``_ring``): the thread looks at it again every ``_RECHECK`` seconds until
-        it is published (its writer sends no other record for it). A worker that took the
-        record wakes the thread for it (``receive``); the thread itself looks before it waits
-        again, so it never wakes itself: no busy loop while a writer stays stopped."""
+        the copy ] in ``_ring``): its writer sends its records again once done, as the reader
+        asked, but may miss that request by a hair, so the thread also looks at it every
+        ``_RECHECK`` seconds until it is published. A worker that took the record wakes the
+        thread for it (``receive``); the thread itself looks before it waits again, so it
+        never wakes itself: no busy loop while a writer stays stopped."""
         with self._polls_lock:
             self._unsettled.add((inbound, name))
 

@@ -16,7 +16,9 @@ Layout of the buffer (``int64`` words, then bytes)::
 
     word 0  started   the number of the write the writer began last (0: none)
     word 1  done      the number of the write the writer finished last (0: none)
-    words 2..7        padding: the counters have the first cache line to themselves
+    word 2  waiting   set by a reader that gave up waiting for a write begun, cleared by
+                      the writer as it wakes the readers again (NOTE [ the wake before the copy ])
+    words 3..7        padding: the counters have the first cache line to themselves
     words 8+2k, 9+2k  slot k's message number, and its stamp (a float64 in the word)
     ...               padding to a multiple of 64 bytes
     K slots           each holds every leaf back to back, each leaf 64-byte aligned
@@ -113,9 +115,12 @@ not before the record that wakes it. The reader reads ``started`` first (``lates
 write begun and not done is waited for (``_settle``: a few looks, then yields of the CPU, so
 that a writer on the same CPU can finish, for up to ``SETTLE``), and the reader then takes it
 as the seqlock says. A write that does not finish by then (its writer stopped or descheduled
-in the middle of a copy) leaves the reader with the newest complete slot, and
-``RingReader.unsettled`` tells the caller to look again: the inbox's thread looks every
-``_RECHECK`` until that write is done, as its writer sends no other record for it. A writer
+in the middle of a copy) leaves the reader with the newest complete slot: the reader sets
+the header's ``waiting`` word, and the writer, which looks at it once done, clears it and
+wakes the readers again (the records once more). That look is not fenced (a fence is a
+C call on every write), so in the few nanoseconds where a reader's store and the writer's
+look cross both can miss the other: ``RingReader.unsettled`` then tells the caller to look
+again, and the inbox's thread looks every ``_RECHECK`` until that write is done. A writer
 never waits for a reader (proc.latest-value), and no reader sees a slot half written: only
 the record's place changed. ``write``'s other paths (a new layout: a new ring, a nest) still
 send their records after the write, as an announcement must come before them; a reader that
@@ -167,6 +172,7 @@ Layout = tuple[tuple[torch.dtype, tuple[int, ...]], ...]
 _ALIGN = 64  # bytes: a cache line, and a multiple of every dtype's size (views need that)
 _STARTED = 0  # header word indices (see the module docstring)
 _DONE = 1
+_WAITING = 2
 _SLOT_WORDS = 8  # slot k's number is word 8 + 2k, its stamp word 9 + 2k
 _SPINS_BEFORE_YIELD = 100  # reader retries before it yields the CPU between tries
 _TRIES = 1000  # copies a reader tries before it gives up (NOTE [ a reader that keeps being lapped ])
@@ -274,14 +280,20 @@ def _settle(words: memoryview, started: int, patience: float) -> bool:
     for _ in range(_SETTLE_SPINS):
         if words[_DONE] >= started:
             return True
-    if patience <= 0:
-        return False
-    deadline = time.monotonic() + patience
-    while words[_DONE] < started:
-        if time.monotonic() >= deadline:
-            return False
-        _yield_cpu()
-    return True
+    if patience > 0:
+        deadline = time.monotonic() + patience
+        while words[_DONE] < started:
+            if time.monotonic() >= deadline:
+                break
+            _yield_cpu()
+        else:
+            return True
+    # Given up: the writer is to wake the readers again once done (``_WAITING``); then one
+    # more look, as it may have finished before it could see that (the fence orders this
+    # store before the look; the writer's look is not fenced, so the caller looks later too).
+    words[_WAITING] = 1
+    _fence()
+    return words[_DONE] >= started
 
 
 _yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))  # releases the GIL
@@ -486,6 +498,9 @@ class RingWriter:
         words[_DONE] = n
         self._count = n
         self._number = number
+        if wake is not None and words[_WAITING]:  # a reader gave up waiting for this write
+            words[_WAITING] = 0
+            wake()  # NOTE [ the wake before the copy ]: again, now that it is done
         return True
 
     def write(
