@@ -7,8 +7,10 @@ through the public API (``run.state_dict()``, ``run.read``, ``run.stats()``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 
+import pytest
 import torch
 
 import mujou
@@ -142,6 +144,21 @@ class ThreeFailures(Net):
         self.early = FailsAt(0.1, 3)
         self.middle = FailsAt(0.1, 3)
         self.late = FailsAt(0.1, 3)
+
+
+def raises_earlys_failure(run: mujou.Run) -> None:
+    """Run ``run``, a ``ThreeFailures``'s, for a second: its error must be ``early``'s at t=0.3
+    (sched.virtual-failure), as in one process. The run is stopped either way."""
+    try:
+        with pytest.raises(mujou.HookError) as info:
+            run.sleep(1.0)
+    finally:
+        with contextlib.suppress(mujou.HookError):
+            run.stop()
+    error = info.value
+    assert (error.node, error.hook) == ("early", "on_update"), str(error)
+    assert abs(error.time - 0.3) < 1e-9, error.time
+    assert str(error).startswith("node 'early' raised ValueError in on_update at t=0.300: 3 updates")
 
 
 class BusyHost(Net):

@@ -10,12 +10,11 @@ importable by name.
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 from typing import Any
 
 import pytest
-from _order_nodes import BusyHost, LongPeriod, StartCrossings, ThreeFailures
+from _order_nodes import BusyHost, LongPeriod, StartCrossings, ThreeFailures, raises_earlys_failure
 from _support import vt
 
 import mujou
@@ -86,16 +85,7 @@ def test_of_a_tags_failures_the_earliest_registered_nodes_is_the_error(placed: b
     ``failures[0]``); the error is then ``middle``'s, and this fails."""
     net = ThreeFailures()
     run = mujou.run(net, timer=vt(), processes={"a": net.late, "b": net.early} if placed else None)
-    try:
-        with pytest.raises(mujou.HookError) as info:
-            run.sleep(1.0)
-    finally:
-        with contextlib.suppress(mujou.HookError):
-            run.stop()
-    error = info.value
-    assert (error.node, error.hook) == ("early", "on_update"), str(error)
-    assert abs(error.time - 0.3) < 1e-9, error.time
-    assert str(error).startswith("node 'early' raised ValueError in on_update at t=0.300: 3 updates")
+    raises_earlys_failure(run)
     no_children_left()
 
 

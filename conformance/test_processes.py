@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import torch
-from _order_nodes import ThreeFailures
+from _order_nodes import ThreeFailures, raises_earlys_failure
 from _process_nodes import (
     Chain,
     Contextual,
@@ -537,16 +537,7 @@ def test_a_failure_in_the_one_process_of_a_virtual_sleep_is_the_runs_error(
     net = ThreeFailures()
     group = [net.early] if placed == "early" else [net.early, net.middle, net.late]
     run = mujou.run(net, timer=vt(), processes={"b": group})
-    try:
-        with pytest.raises(mujou.HookError) as info:
-            run.sleep(1.0)
-    finally:
-        with contextlib.suppress(mujou.HookError):
-            run.stop()
-    error = info.value
-    assert (error.node, error.hook) == ("early", "on_update"), str(error)
-    assert abs(error.time - 0.3) < 1e-9, error.time
-    assert str(error).startswith("node 'early' raised ValueError in on_update at t=0.300: 3 updates")
+    raises_earlys_failure(run)
     clean()
 
 
