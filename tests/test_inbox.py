@@ -3,6 +3,7 @@ itself (proc.wake-worker), and its listening gate parks like a lock."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
@@ -238,46 +239,66 @@ def test_the_worker_that_took_a_record_claims_the_update_it_makes_due_now_only()
     assert not policy.received_to_free(shared, 0.03, 1)
 
 
+class _Watched:
+    """An inbox with one stand-in, "y", fed through a pipe from a plain ring, and what it
+    published (``seen``; ``published`` set at each)."""
+
+    def __init__(self) -> None:
+        self.reader, writer = multiprocessing.Pipe(duplex=False)
+        self.box = Inbox(cast(Any, _Engine(0)), Standins(["y"]), [self.reader])
+        self.pipe, self.ring = Pipe(writer), RingWriter()
+        self.seen: list[float] = []
+        self.published = threading.Event()
+        self.record = _framed(pickle.dumps(("y",), protocol=pickle.HIGHEST_PROTOCOL))
+        self.box.standins.ports["y"]._add_watcher(self._watch)
+
+    def _watch(self, message: Any) -> None:
+        self.seen.append(float(message[0]))
+        self.published.set()
+
+    def first(self) -> None:
+        """Start the inbox's thread; message 1 is published, as any."""
+        self.box.start()
+        _send(self.pipe, self.ring, 1.0, 1)
+        assert self.published.wait(HANG_GUARD), "message 1 was not published"
+        self.published.clear()
+
+    def close(self) -> None:
+        self.pipe.close()
+        self.box.close(HANG_GUARD)
+        self.ring.close()
+        self.reader.close()
+
+
+@contextlib.contextmanager
+def _watched() -> Iterator[_Watched]:
+    watched = _Watched()
+    try:
+        yield watched
+    finally:
+        watched.close()
+
+
 def test_a_record_taken_before_its_write_is_done_publishes_the_message_once_done() -> None:
     """NOTE [ the wake before the copy ]: the record of a plain write goes before its copy;
     the inbox's thread, taking it while the copy has not finished, publishes the message once
     the write is done, with no later record (planted: the thread not looking at the
     unsettled output again: message 2 never came)."""
-    reader, writer = multiprocessing.Pipe(duplex=False)
-    box = Inbox(cast(Any, _Engine(0)), Standins(["y"]), [reader])
-    pipe, ring = Pipe(writer), RingWriter()
-    seen: list[float] = []
-    published = threading.Event()
-
-    def watch(message: Any) -> None:
-        seen.append(float(message[0]))
-        published.set()
-
-    box.standins.ports["y"]._add_watcher(watch)
-    box.start()
-    record = _framed(pickle.dumps(("y",), protocol=pickle.HIGHEST_PROTOCOL))
-    try:
-        _send(pipe, ring, 1.0, 1)
-        assert published.wait(HANG_GUARD), "message 1 was not published"
-        published.clear()
+    with _watched() as w:
+        w.first()
         taken = threading.Event()
 
         def wake() -> None:  # the record, then the copy only once the thread found it begun
-            pipe.send("y", record, None)
+            w.pipe.send("y", w.record, None)
             deadline = time.monotonic() + HANG_GUARD
-            while not box._unsettled and time.monotonic() < deadline:
+            while not w.box._unsettled and time.monotonic() < deadline:
                 time.sleep(0.001)
             taken.set()
 
-        assert ring.write_plain(torch.full((4,), 2.0), 2.0, 2, wake)
-        assert taken.is_set() and seen == [1.0]
-        assert published.wait(HANG_GUARD), "message 2 was not published once its write was done"
-        assert seen == [1.0, 2.0]
-    finally:
-        pipe.close()
-        box.close(HANG_GUARD)
-        ring.close()
-        reader.close()
+        assert w.ring.write_plain(torch.full((4,), 2.0), 2.0, 2, wake)
+        assert taken.is_set() and w.seen == [1.0]
+        assert w.published.wait(HANG_GUARD), "message 2 was not published once its write was done"
+        assert w.seen == [1.0, 2.0]
 
 
 def test_a_write_that_stays_unfinished_is_looked_at_again_without_a_busy_loop(
@@ -288,63 +309,46 @@ def test_a_write_that_stays_unfinished_is_looked_at_again_without_a_busy_loop(
     waits and never wakes itself for it; once the write is done, the message is published
     (planted: ``_unsettle`` writing the thread's eventfd, as a worker's ``receive`` does: the
     thread woke itself at each look)."""
-    reader, writer = multiprocessing.Pipe(duplex=False)
-    box = Inbox(cast(Any, _Engine(0)), Standins(["y"]), [reader])
-    pipe, ring = Pipe(writer), RingWriter()
-    seen: list[float] = []
-    published = threading.Event()
+    with _watched() as w:
+        looks = threading.Semaphore(0)
+        recheck = w.box._recheck
 
-    def watch(message: Any) -> None:
-        seen.append(float(message[0]))
-        published.set()
+        def counted() -> None:
+            recheck()
+            looks.release()
 
-    box.standins.ports["y"]._add_watcher(watch)
-    looks = threading.Semaphore(0)
-    recheck = box._recheck
+        w.box._recheck = counted  # type: ignore[method-assign]  # counts the thread's looks
+        self_wakes: list[int] = []
+        eventfd_write = os.eventfd_write
 
-    def counted() -> None:
-        recheck()
-        looks.release()
+        def write(fd: int, value: int) -> None:
+            if threading.current_thread().name == "mujou-ports-in":
+                self_wakes.append(fd)
+            eventfd_write(fd, value)
 
-    box._recheck = counted  # type: ignore[method-assign]  # counts the thread's looks
-    self_wakes: list[int] = []
-    eventfd_write = os.eventfd_write
+        monkeypatch.setattr(os, "eventfd_write", write)
+        release = threading.Event()
 
-    def write(fd: int, value: int) -> None:
-        if threading.current_thread().name == "mujou-ports-in":
-            self_wakes.append(fd)
-        eventfd_write(fd, value)
+        def stopped_in_the_middle() -> None:
+            w.pipe.send("y", w.record, None)
+            release.wait(HANG_GUARD)
 
-    monkeypatch.setattr(os, "eventfd_write", write)
-    box.start()
-    record = _framed(pickle.dumps(("y",), protocol=pickle.HIGHEST_PROTOCOL))
-    release = threading.Event()
-
-    def stopped_in_the_middle() -> None:
-        pipe.send("y", record, None)
-        release.wait(HANG_GUARD)
-
-    sender = threading.Thread(
-        target=lambda: ring.write_plain(torch.full((4,), 2.0), 2.0, 2, stopped_in_the_middle), daemon=True
-    )
-    try:
-        _send(pipe, ring, 1.0, 1)
-        assert published.wait(HANG_GUARD), "message 1 was not published"
-        published.clear()
-        sender.start()
-        for _ in range(3):
-            assert looks.acquire(timeout=HANG_GUARD), "the thread did not look at the write again"
-        assert self_wakes == [] and seen == [1.0]
-        release.set()
-        sender.join(HANG_GUARD)
-        assert published.wait(HANG_GUARD), "message 2 was not published once its write was done"
-        assert seen == [1.0, 2.0]
-    finally:
-        release.set()
-        pipe.close()
-        box.close(HANG_GUARD)
-        ring.close()
-        reader.close()
+        sender = threading.Thread(
+            target=lambda: w.ring.write_plain(torch.full((4,), 2.0), 2.0, 2, stopped_in_the_middle),
+            daemon=True,
+        )
+        try:
+            w.first()
+            sender.start()
+            for _ in range(3):
+                assert looks.acquire(timeout=HANG_GUARD), "the thread did not look at the write again"
+            assert self_wakes == [] and w.seen == [1.0]
+            release.set()
+            sender.join(HANG_GUARD)
+            assert w.published.wait(HANG_GUARD), "message 2 was not published once its write was done"
+            assert w.seen == [1.0, 2.0]
+        finally:
+            release.set()
 
 
 def test_a_writer_that_finishes_after_its_reader_gave_up_wakes_it_again() -> None:
@@ -352,39 +356,19 @@ def test_a_writer_that_finishes_after_its_reader_gave_up_wakes_it_again() -> Non
     asks its writer (the ring's waiting word) to wake it once done; the writer's second
     record publishes the message, with no timed look of the thread (here never made)
     (planted: the writer not looking at the waiting word: message 2 never came)."""
-    reader, writer = multiprocessing.Pipe(duplex=False)
-    box = Inbox(cast(Any, _Engine(0)), Standins(["y"]), [reader])
-    box._recheck = lambda: None  # type: ignore[method-assign]  # only the writer's record publishes
-    pipe, ring = Pipe(writer), RingWriter()
-    seen: list[float] = []
-    published = threading.Event()
-
-    def watch(message: Any) -> None:
-        seen.append(float(message[0]))
-        published.set()
-
-    box.standins.ports["y"]._add_watcher(watch)
-    box.start()
-    record = _framed(pickle.dumps(("y",), protocol=pickle.HIGHEST_PROTOCOL))
-    try:
-        _send(pipe, ring, 1.0, 1)
-        assert published.wait(HANG_GUARD), "message 1 was not published"
-        published.clear()
+    with _watched() as w:
+        w.box._recheck = lambda: None  # type: ignore[method-assign]  # only the writer's record publishes
+        w.first()
         calls = 0
 
         def wake() -> None:  # the first record, then the copy once the thread gave up on it
             nonlocal calls
             calls += 1
-            pipe.send("y", record, None)
+            w.pipe.send("y", w.record, None)
             deadline = time.monotonic() + HANG_GUARD
-            while calls == 1 and not box._unsettled and time.monotonic() < deadline:
+            while calls == 1 and not w.box._unsettled and time.monotonic() < deadline:
                 time.sleep(0.001)
 
-        assert ring.write_plain(torch.full((4,), 2.0), 2.0, 2, wake)
-        assert published.wait(HANG_GUARD), "message 2 was not published by the writer's second record"
-        assert seen == [1.0, 2.0] and calls == 2
-    finally:
-        pipe.close()
-        box.close(HANG_GUARD)
-        ring.close()
-        reader.close()
+        assert w.ring.write_plain(torch.full((4,), 2.0), 2.0, 2, wake)
+        assert w.published.wait(HANG_GUARD), "message 2 was not published by the writer's second record"
+        assert w.seen == [1.0, 2.0] and calls == 2
