@@ -121,7 +121,9 @@ class Span:
         self.ask, self.host_due = ask, host_due
         if crossings:
             self.member.apply(crossings)
-        if again(ask, self.failure is not None, self.sent, crossings, self.waking):
+        if (self.waking[0] or self.waking[1]) and again(
+            ask, self.failure is not None, self.sent, crossings, self.waking
+        ):
             self.second, self.due = True, self.member.next_due()
             return self.message(((), None, self.due))
         return self.next()

@@ -284,6 +284,7 @@ def _span(processes: Processes, until: float | None, done: Callable[[], bool] | 
     host, engine = processes.host, processes.host.engine
     waking = processes.placement.waking
     here, there = frozenset(waking[HOST]), frozenset(waking[group.name])
+    wakes_any = bool(here or there)  # else no tag's messages wake a node (``again``)
     host.begin_advance()
     due_here = host.next_due()
     ask = _ask(engine.policy, done, None)
@@ -300,13 +301,14 @@ def _span(processes: Processes, until: float | None, done: Callable[[], bool] | 
             found, failed_there, due_there = group.tag_reply()
             if found:
                 host.apply(found)
-            if again(ask, failed_there is not None, found, crossed, (here, there)):  # a due moved
-                due_here = host.next_due()
+            if wakes_any and again(ask, failed_there is not None, found, crossed, (here, there)):
+                due_here = host.next_due()  # a due moved: both send theirs once more
                 group.send_tag("exchange", (), ask, due_here)
                 due_there = group.tag_reply()[2]
-            failures = [(name, f) for name, f in ((HOST, failure), (group.name, failed_there)) if f]
-            if failures:
-                _fail_first(processes, failures)
+            if failure is not None or failed_there is not None:
+                _fail_first(
+                    processes, [(n, f) for n, f in ((HOST, failure), (group.name, failed_there)) if f]
+                )
             failed, last = failed_there is not None, due
     except BaseException:  # a bug, or the process's end: the span ends there too, if it can
         group.send_tag("exchange", (), HALT, math.inf)
