@@ -184,7 +184,10 @@ def _serve(
                     _send(send, _exchanged(span, frame, events))  # no reply: its answer
                     continue
                 number, command, status, payload = _obey(commands, frame)
-                send(_reply(number, command, status, payload, warned=_warnings(member), events=events.sent))
+                if not (command == "span" and status == "ok" and span.quiet):  # else its due is known
+                    send(
+                        _reply(number, command, status, payload, warned=_warnings(member), events=events.sent)
+                    )
                 if command == "exit":
                     return
                 if command == "span" and span.active:  # the first tag's message goes at once
@@ -333,9 +336,10 @@ class _Commands:
     def begin_advance(self) -> None:
         self.member.begin_advance()
 
-    def span(self, until: float | None, host_due: float, ask: int, waking: Any) -> float:
-        """A span of tags begins (proc.exchange): this process's next due time."""
-        return self.spans.begin(until, host_due, ask, waking)
+    def span(self, until: float | None, host_due: float, ask: int, waking: Any, known: Any = None) -> float:
+        """A span of tags begins (proc.exchange): this process's next due time (not sent where
+        the host knew it, ``Span.quiet``)."""
+        return self.spans.begin(until, host_due, ask, waking, known)
 
     def instant(self, due: float, crossings: Any = ()) -> Any:
         if crossings:  # the last tag's messages from the others that wake nothing here

@@ -139,6 +139,9 @@ class Group:
         self._read_tag = frames.reader(tags) if tags is not None else None
         self._write_tag = frames.writer(tags) if tags is not None else None
         self._numbers = 1  # the next command's number (0: the first reply, ``built``)
+        # The process's next due time where a span of tags ended whole, and the number of the next
+        # command then: while no command went since, the next span need not ask it (proc.exchange).
+        self.known_due: tuple[int, float] | None = None
         self.built = Reply()
         self._pending: dict[int, Reply] = {0: self.built}
         self._ending: BaseException | None = None  # why no command is taken any more
@@ -179,6 +182,11 @@ class Group:
         if ending is not None:
             reply.fail(ending)
         return reply
+
+    @property
+    def commands(self) -> int:
+        """How many commands went through the control connection (``known_due``)."""
+        return self._numbers
 
     def wait(self, reply: Reply) -> Any:
         """Wait for ``reply`` (its payload, or its error raised), looking every poll: an

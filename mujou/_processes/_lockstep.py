@@ -288,8 +288,12 @@ def _span(processes: Processes, until: float | None, done: Callable[[], bool] | 
     host.begin_advance()
     due_here = host.next_due()
     ask = _ask(engine.policy, done, None)
-    group.send_tag("span", until, due_here, ask, (sorted(here), sorted(there)))
-    due_there: float = group.tag_reply()
+    # The process's due time, where no command went to it since the last span ended whole: it
+    # replies to the span only where it is not known (its first tag's message comes at once).
+    known, group.known_due = group.known_due, None
+    known_there = known[1] if known is not None and known[0] == group.commands else None
+    group.send_tag("span", until, due_here, ask, (sorted(here), sorted(there)), known_there)
+    due_there: float = group.tag_reply() if known_there is None else known_there
     last, failed = -math.inf, False
     try:
         while (step := decide(ask, failed, due := min(due_here, due_there), last, until)) == TAG:
@@ -316,6 +320,8 @@ def _span(processes: Processes, until: float | None, done: Callable[[], bool] | 
     if step == STOPPED:
         _wait_for_the_end(processes)
         return done() if done is not None else False
+    if step in (ENDED, UNTIL):  # ended whole: the process's due time is known for the next
+        group.known_due = (group.commands, due_there)
     if step == ENDED:
         return True
     if step == UNTIL:
