@@ -165,9 +165,11 @@ def _serve(
     try:
         while True:
             listening, looking = ([tags], spanning) if span.active and tags in sources else (sources, polling)
-            ready = [] if looking is None else looking.wait(SPIN)
-            # Those the poll found, without making a selector each command as ``wait`` does.
-            found = [c for c in listening if c.fileno() in ready] if ready else wait(listening)
+            if looking is None:
+                found = wait(listening)
+            else:  # without making a selector each command as ``wait`` does
+                ready = looking.wait(SPIN) or looking.block(None)
+                found = [c for c in listening if c.fileno() in ready]
             for source in found:
                 connection = cast(Connection, source)
                 try:

@@ -223,11 +223,12 @@ class Group:
         run's end first, as ``wait``'s does). Every wait looks every poll."""
         tags, read = self.tags, self._read_tag
         assert tags is not None and read is not None
-        ready = self._tag_poller is not None and bool(self._tag_poller.wait(SPIN))
+        poller = self._tag_poller
+        ready = poller is not None and bool(poller.wait(SPIN))
         data: bytes | None = None
         while data is None:
             try:
-                if ready or tags.poll(self.poll):
+                if ready or (bool(poller.block(self.poll)) if poller is not None else tags.poll(self.poll)):
                     data = read()
                     break
             except (EOFError, OSError):  # the process ended: the reader says how
