@@ -65,6 +65,22 @@ tags/s, the exchange 11,109-12,773 (the floor 9,752-10,672); at load 2-3, 2,484-
 is the sum of both sides' CPU and the overlap is gone: the exchange then saves its instructions
 only; on free cores a tag costs one side's instant, one codec pair and one hop.
 
+What was cut around the instant since, in the same measure (``bench/tags_callgrind.py`` says
+how to run it: 30 sleeps, 300 tags), instructions a tag, host and process: b8e76db
+310-316k and 283k; the frames read and written on the descriptor (``_frames``), the tensor's
+rebuild found by its copyreg extension code instead of an import a load, a scalar rebuilt by
+strides, and the checks that cannot fire skipped (the events count read before its lock,
+``again`` where no port wakes): 275k and 254k; a sleep's ``span`` not answered where the host
+knows the process's due time (no command went to it since the last span ended whole): 261k and
+251k; a read that found nothing in its poll blocking on the poller's descriptors
+(``Poller.block``) instead of a selector made for it: 251k and 236k (that last cut is where the
+poll finds nothing, as in this measure and on a busy machine; a poll that finds the frame makes
+no selector). What is left: each side's instant, about half (the engine's: the instant's start,
+the lent update's take and put-back, the update, the commit; ``Member.instant`` with one empty
+update costs several times the update's own 10.7k), then the codec (about 3 us a message
+for one scalar tensor, of which the tensor's rebuild or reduction is most: a pickle of the same
+message without the tensor takes 0.5 us), the framing, and the publish.
+
 NOTE [ where a tag's time goes ]
 Of the star (a command and its reply a tag; NOTE [ the exchange ] for one process). Measured
 in tags-virtual-2p (``ping`` on the host, ``pong`` in a process of its own, one
