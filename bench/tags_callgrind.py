@@ -25,7 +25,8 @@ from mujou._processes import _child, _group
 
 # Blocking reads: no poll counted. At the top, so that the process, which imports this module
 # as its main one, blocks too.
-_child.SPIN = _group.SPIN = 0.0
+_child.SPIN = 0.0  # type: ignore[attr-defined]  # the name each module took from _spin
+_group.SPIN = 0.0  # type: ignore[attr-defined]  # the same
 
 
 def _instrument(pids: list[int], on: bool) -> None:
