@@ -56,6 +56,15 @@ def test_a_plain_tensor_is_sent_as_bytes() -> None:
     assert b"torch._utils" in pickle.dumps(torch.arange(4))
 
 
+def test_the_rebuild_goes_by_its_extension_code_not_by_name() -> None:
+    """``_rebuilt`` is pickled as copyreg's extension code, which a load finds without an
+    import; a scalar comes back 0-d and contiguous. Planted: no ``add_extension``: this fails."""
+    data = dumps(torch.tensor(3))
+    assert b"_rebuilt" not in data and b"_codec" not in data
+    back = loads(data)
+    assert (back.shape, back.stride(), int(back)) == ((), (), 3)
+
+
 def test_a_dump_that_fails_leaves_nothing_behind() -> None:
     """Each thread reuses its pickler and buffer: a dump that raised must not leave its bytes
     for the next (planted: the buffer kept, and the next load fails)."""

@@ -169,3 +169,64 @@ def test_a_sleeps_tags_with_one_process_are_an_exchange_not_commands() -> None:
     with mujou.run(one, workers=1, timer=mujou.VirtualTimer()) as run:
         run.sleep(100 * PERIOD)
         assert _seen(run, one) == seen
+
+
+class Echo(Node):
+    """Triggered by ``a``, which the host writes: sends it on, plus its count."""
+
+    a = Input(optional=True)
+    b = Output()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("a"), seed=0)
+        self.count = 0
+
+    def on_update(self, dt: float) -> None:
+        a = self.a.read()
+        assert a is not None
+        self.count += 1
+        self.b.send(a + self.count)
+
+
+class EchoRally(Rally):
+    def __init__(self) -> None:
+        super().__init__()
+        self.echo = Echo()
+
+
+def test_a_sleeps_span_is_not_answered_where_the_host_knows_the_process_due_time() -> None:
+    """proc.exchange: a ``run.sleep`` after another, with no command to the process between
+    them, sends its ``span`` with the process's next due time as the last one ended, and the
+    process sends no reply to it (its first tag's message comes at once); a command between
+    them (a ``run.write`` there moves that due time) makes the span ask again. Bit for bit as
+    in one process. Planted: ``_span`` keeping the due time across a command: the process,
+    woken by the write, found its due time was not the host's (MujouInternalError), and this
+    failed."""
+    net = EchoRally()
+    with mujou.run(
+        net, workers=1, timer=mujou.VirtualTimer(), processes={"far": [net.pong, net.echo]}
+    ) as run:
+        group: Any = run._processes.groups["far"]  # type: ignore[union-attr]  # a run with processes
+        replies: list[Any] = []
+        tag_reply = group.tag_reply
+
+        def counted() -> Any:
+            replies.append(reply := tag_reply())
+            return reply
+
+        group.tag_reply = counted
+        run.sleep(10 * PERIOD)
+        asked = len(replies)
+        run.sleep(10 * PERIOD)
+        quiet = len(replies) - asked
+        run.write(net.echo.a, torch.tensor(5))
+        run.sleep(10 * PERIOD + PERIOD / 2)  # the echo's update at the sleep's first tag
+        again = len(replies) - asked - quiet
+        seen = (*_seen(run, net), run.read(net.echo.b))
+    assert (asked, quiet, again) == (11, 10, 12), (asked, quiet, again)  # a tag each, + the span's
+    one = EchoRally()
+    with mujou.run(one, workers=1, timer=mujou.VirtualTimer()) as run:
+        run.sleep(20 * PERIOD)
+        run.write(one.echo.a, torch.tensor(5))
+        run.sleep(10 * PERIOD + PERIOD / 2)
+        assert (*_seen(run, one), run.read(one.echo.b)) == seen

@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 import torch
 
+from mujou import MujouInternalError
 from mujou._processes._exchange import DONE, ENDED, GO, HALT, IDLE, STOPPED, TAG, UNTIL, Span, decide
 from mujou._processes._member import Member
 
@@ -98,3 +99,21 @@ def test_a_halt_ends_the_span_even_in_its_second_exchange() -> None:
     assert span.take([], GO, 0.3) == b"m" and sent[-1] == ((), None, 0.2)  # the second round
     assert span.take([], HALT, math.inf) is None
     assert not span.active and member.instants == [0.1]
+
+
+def test_a_span_whose_due_time_the_host_knew_is_quiet_and_a_wrong_one_is_a_bug() -> None:
+    """A span the host began with this process's due time (no command came since the last one
+    ended whole) is ``quiet``: no reply goes. A due time that is not this process's would make
+    both sides choose other tags: MujouInternalError, the span not begun. Planted: ``begin``
+    not comparing them: this fails."""
+    span, _ = _span(FakeMember([0.1]))
+    assert span.begin(0.4, 0.2, GO, ([], []), 0.1) == 0.1
+    assert span.quiet and span.active
+    span, _ = _span(FakeMember([0.1]))
+    assert span.begin(0.4, 0.2, GO, ([], [])) == 0.1 and not span.quiet
+    span, _ = _span(FakeMember([0.1]))
+    with pytest.raises(
+        MujouInternalError, match=r"^the host took this process's next due time for 0\.2, but it is 0\.1$"
+    ):
+        span.begin(0.4, 0.2, GO, ([], []), 0.2)
+    assert not span.active

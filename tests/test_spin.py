@@ -64,3 +64,23 @@ def test_a_poller_stops_at_a_yield_that_found_the_core_busy(monkeypatch: pytest.
     finally:
         reader.close()
         writer.close()
+
+
+@pytest.mark.skipif(not Poller.available(), reason="no select.poll here")
+def test_a_poller_blocks_until_there_is_something_to_read_or_the_time_is_up() -> None:
+    """``block``: nothing within the time is nothing found; a write or the pipe's end wakes it.
+    Planted: ``block`` passing seconds where poll takes milliseconds (5 s became 5 ms): the
+    later write was not found, and this failed."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    try:
+        waiting = Poller([reader])
+        assert waiting.block(0.001) == []
+        later = threading.Timer(0.05, writer.send_bytes, (b"later",))
+        later.start()
+        assert waiting.block(5.0) == [reader.fileno()]  # woken by the other thread's write
+        later.join()
+        assert reader.recv_bytes() == b"later"
+        writer.close()
+        assert waiting.block(None) == [reader.fileno()]  # the end of the pipe
+    finally:
+        reader.close()

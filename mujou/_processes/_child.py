@@ -28,6 +28,7 @@ from .._port import _Port
 from .._ports import Input, Output, link
 from .._timer import RealTimeTimer, Timer, VirtualTimer
 from . import _codec as codec
+from . import _frames as frames
 from ._exchange import Span
 from ._group import NUMBER as _NUMBER
 from ._member import Member, describe
@@ -158,16 +159,21 @@ def _serve(
     # (proc.exchange): a command the host sends once the span ended waits for its last one.
     polling = poller(sources, setup.virtual)
     spanning = poller([tags], setup.virtual) if tags is not None else None
+    # The tags' frames, read and written on the descriptor (``_frames``).
+    read_tag = frames.reader(tags) if tags is not None else control.recv_bytes
+    write_tag = frames.writer(tags) if tags is not None else control.send_bytes
     try:
         while True:
             listening, looking = ([tags], spanning) if span.active and tags in sources else (sources, polling)
-            ready = [] if looking is None else looking.wait(SPIN)
-            # Those the poll found, without making a selector each command as ``wait`` does.
-            found = [c for c in listening if c.fileno() in ready] if ready else wait(listening)
+            if looking is None:
+                found = wait(listening)
+            else:  # without making a selector each command as ``wait`` does
+                ready = looking.wait(SPIN) or looking.block(None)
+                found = [c for c in listening if c.fileno() in ready]
             for source in found:
                 connection = cast(Connection, source)
                 try:
-                    frame = connection.recv_bytes()
+                    frame = read_tag() if connection is tags else connection.recv_bytes()
                 except (EOFError, OSError):
                     if connection is control:  # the host is gone
                         member.stop()
@@ -175,17 +181,19 @@ def _serve(
                     sources.remove(connection)  # the host closed the lockstep's connection
                     polling, span.active = poller(sources, setup.virtual), False
                     continue
+                send = write_tag if connection is tags else connection.send_bytes
                 if connection is tags and frame.startswith(_EXCHANGE, _NUMBER.size):
-                    _send(connection, _exchanged(span, frame, events))  # no reply: its answer
+                    _send(send, _exchanged(span, frame, events))  # no reply: its answer
                     continue
                 number, command, status, payload = _obey(commands, frame)
-                connection.send_bytes(
-                    _reply(number, command, status, payload, warned=_warnings(member), events=events.sent)
-                )
+                if not (command == "span" and status == "ok" and span.quiet):  # else its due is known
+                    send(
+                        _reply(number, command, status, payload, warned=_warnings(member), events=events.sent)
+                    )
                 if command == "exit":
                     return
                 if command == "span" and span.active:  # the first tag's message goes at once
-                    _send(connection, _exchanged(span, None, events))
+                    _send(send, _exchanged(span, None, events))
     finally:
         member.engine.error_reported = True  # the host reports it (proc.hook-error)
         if not member.engine.ended:  # a lent worker 0 stops here: no other thread can
@@ -213,9 +221,9 @@ def _exchanged(span: Span, frame: bytes | None, events: Events) -> bytes | None:
         return _reply(0, "exchange", "error", describe(exc), warned=warned, events=events.sent)
 
 
-def _send(connection: Connection, frame: bytes | None) -> None:
+def _send(send: Callable[[bytes], None], frame: bytes | None) -> None:
     if frame is not None:
-        connection.send_bytes(frame)
+        send(frame)
 
 
 def _obey(commands: _Commands, frame: bytes) -> tuple[int, str, str, Any]:
@@ -330,9 +338,10 @@ class _Commands:
     def begin_advance(self) -> None:
         self.member.begin_advance()
 
-    def span(self, until: float | None, host_due: float, ask: int, waking: Any) -> float:
-        """A span of tags begins (proc.exchange): this process's next due time."""
-        return self.spans.begin(until, host_due, ask, waking)
+    def span(self, until: float | None, host_due: float, ask: int, waking: Any, known: Any = None) -> float:
+        """A span of tags begins (proc.exchange): this process's next due time (not sent where
+        the host knew it, ``Span.quiet``)."""
+        return self.spans.begin(until, host_due, ask, waking, known)
 
     def instant(self, due: float, crossings: Any = ()) -> Any:
         if crossings:  # the last tag's messages from the others that wake nothing here

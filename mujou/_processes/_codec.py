@@ -12,6 +12,8 @@ an exception, never a tensor over memory it does not own.
 
 from __future__ import annotations
 
+import contextlib
+import copyreg
 import ctypes
 import io
 import math
@@ -60,7 +62,19 @@ def _rebuilt(dtype: str, shape: tuple[int, ...], data: bytes) -> torch.Tensor:
     if not data:
         return torch.empty(shape, dtype=kind)
     flat = torch.frombuffer(bytearray(data), dtype=kind)
-    return flat if len(shape) == 1 else flat.view(shape)  # a view costs a tensor more
+    if len(shape) == 1:
+        return flat
+    # A view costs a tensor more; a scalar's (the tags' usual message) is cheapest by strides.
+    return flat.as_strided((), ()) if not shape else flat.view(shape)
+
+
+# ``_rebuilt`` pickled as an extension code instead of its module and name: a load then finds
+# it in ``copyreg``'s cache, not through an import of this module (about 1 us a tensor). The
+# code is of copyreg's range for private use; both ends register it as they import this module
+# (one version of Mujou on each: hosts.refused), and where another took it, it pickles by name.
+_EXTENSION = 0xF3
+with contextlib.suppress(ValueError):
+    copyreg.add_extension(__name__, _rebuilt.__name__, _EXTENSION)
 
 
 class _Pickler(pickle.Pickler):

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from .._errors import MujouInternalError
 from ._member import Failure, Member
 from ._wire import Crossing
 
@@ -84,15 +85,30 @@ class Span:
         self.sent: Sequence[Crossing] = ()
         self.waking: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # host's, ours
         self.second = False  # the next message of the host is its due time after publishing
+        self.quiet = False  # the host knew the due time ``begin`` answers: no reply goes
 
-    def begin(self, until: float | None, host_due: float, ask: int, waking: tuple[Any, Any]) -> float:
-        """The host's ``span`` command: this process's next due time, its answer."""
+    def begin(
+        self,
+        until: float | None,
+        host_due: float,
+        ask: int,
+        waking: tuple[Any, Any],
+        known: float | None = None,
+    ) -> float:
+        """The host's ``span`` command: this process's next due time, its answer. ``known``:
+        the due time the host knows already (no command came since the last span ended whole),
+        then not sent (``quiet``); MujouInternalError where it is not this process's."""
         member = self.member
         member.begin_advance()
         self.until, self.last, self.second = until, -float("inf"), False
         self.host_due, self.ask, self.failure = host_due, ask, None
         self.waking = (frozenset(waking[0]), frozenset(waking[1]))
         self.due = member.next_due()
+        if known is not None and known != self.due:  # both would choose other tags
+            raise MujouInternalError(
+                f"the host took this process's next due time for {known!r}, but it is {self.due!r}"
+            )
+        self.quiet = known is not None
         self.active = True  # last: a span that failed to begin reads no message of its tags
         return self.due
 
@@ -121,7 +137,9 @@ class Span:
         self.ask, self.host_due = ask, host_due
         if crossings:
             self.member.apply(crossings)
-        if again(ask, self.failure is not None, self.sent, crossings, self.waking):
+        if (self.waking[0] or self.waking[1]) and again(
+            ask, self.failure is not None, self.sent, crossings, self.waking
+        ):
             self.second, self.due = True, self.member.next_due()
             return self.message(((), None, self.due))
         return self.next()

@@ -55,6 +55,7 @@ from .._engine._lifecycle import HOST_POLL_REAL, HOST_POLL_VIRTUAL
 from .._errors import HookError, MujouInternalError, ProcessError
 from .._node import Node
 from . import _codec as codec
+from . import _frames as frames
 from ._main_script import GUARD_EXIT, guard_reason
 from ._member import Failure
 from ._spin import SPIN, Poller
@@ -134,7 +135,13 @@ class Group:
         self.tags = tags
         self._tag_number = 0
         self._tag_poller = Poller([tags]) if tags is not None and Poller.available() else None
+        # The tags' frames, read and written on the descriptor (``_frames``).
+        self._read_tag = frames.reader(tags) if tags is not None else None
+        self._write_tag = frames.writer(tags) if tags is not None else None
         self._numbers = 1  # the next command's number (0: the first reply, ``built``)
+        # The process's next due time where a span of tags ended whole, and the number of the next
+        # command then: while no command went since, the next span need not ask it (proc.exchange).
+        self.known_due: tuple[int, float] | None = None
         self.built = Reply()
         self._pending: dict[int, Reply] = {0: self.built}
         self._ending: BaseException | None = None  # why no command is taken any more
@@ -176,6 +183,11 @@ class Group:
             reply.fail(ending)
         return reply
 
+    @property
+    def commands(self) -> int:
+        """How many commands went through the control connection (``known_due``)."""
+        return self._numbers
+
     def wait(self, reply: Reply) -> Any:
         """Wait for ``reply`` (its payload, or its error raised), looking every poll: an
         interrupt of the host is seen within one and leaves the protocol whole. A host
@@ -199,24 +211,25 @@ class Group:
     def send_tag(self, command: str, *args: Any) -> None:
         """Write ``command`` on the tags connection (the lockstep's thread only). A process that
         ended is found by ``tag_reply``."""
-        assert self.tags is not None
+        assert self._write_tag is not None
         self._tag_number += 1
         frame = b"".join((NUMBER.pack(self._tag_number), command.encode(), b"\0", codec.dumps(args)))
         with contextlib.suppress(OSError):
-            self.tags.send_bytes(frame)
+            self._write_tag(frame)
 
     def tag_reply(self) -> Any:
         """The reply to the last ``send_tag``, its error raised, once the reader handled the
         events sent before it; the process's error if it ended (a ProcessError settles the
         run's end first, as ``wait``'s does). Every wait looks every poll."""
-        tags = self.tags
-        assert tags is not None
-        ready = self._tag_poller is not None and bool(self._tag_poller.wait(SPIN))
+        tags, read = self.tags, self._read_tag
+        assert tags is not None and read is not None
+        poller = self._tag_poller
+        ready = poller is not None and bool(poller.wait(SPIN))
         data: bytes | None = None
         while data is None:
             try:
-                if ready or tags.poll(self.poll):
-                    data = tags.recv_bytes()
+                if ready or (bool(poller.block(self.poll)) if poller is not None else tags.poll(self.poll)):
+                    data = read()
                     break
             except (EOFError, OSError):  # the process ended: the reader says how
                 ready = False
@@ -230,9 +243,10 @@ class Group:
                     self._on_event(self, ("lost", error))
                 raise error
         _, status, payload, warned, sent = codec.loads(data)
-        with self._taken_changed:
-            while self._taken < sent and not self.ended.is_set():
-                self._taken_changed.wait(self.poll)
+        if self._taken < sent:  # the reader has not handled them all (a count that only grows)
+            with self._taken_changed:
+                while self._taken < sent and not self.ended.is_set():
+                    self._taken_changed.wait(self.poll)
         for category, message in warned:
             self._on_warning(category, f"{message} (in process {self.name!r})")
         if status == "error":

@@ -65,6 +65,22 @@ tags/s, the exchange 11,109-12,773 (the floor 9,752-10,672); at load 2-3, 2,484-
 is the sum of both sides' CPU and the overlap is gone: the exchange then saves its instructions
 only; on free cores a tag costs one side's instant, one codec pair and one hop.
 
+What was cut around the instant since, in the same measure (``bench/tags_callgrind.py`` says
+how to run it: 30 sleeps, 300 tags), instructions a tag, host and process: b8e76db
+310-316k and 283k; the frames read and written on the descriptor (``_frames``), the tensor's
+rebuild found by its copyreg extension code instead of an import a load, a scalar rebuilt by
+strides, and the checks that cannot fire skipped (the events count read before its lock,
+``again`` where no port wakes): 275k and 254k; a sleep's ``span`` not answered where the host
+knows the process's due time (no command went to it since the last span ended whole): 261k and
+251k; a read that found nothing in its poll blocking on the poller's descriptors
+(``Poller.block``) instead of a selector made for it: 251k and 236k (that last cut is where the
+poll finds nothing, as in this measure and on a busy machine; a poll that finds the frame makes
+no selector). What is left: each side's instant, about half (the engine's: the instant's start,
+the lent update's take and put-back, the update, the commit; ``Member.instant`` with one empty
+update costs several times the update's own 10.7k), then the codec (about 3 us a message
+for one scalar tensor, of which the tensor's rebuild or reduction is most: a pickle of the same
+message without the tensor takes 0.5 us), the framing, and the publish.
+
 NOTE [ where a tag's time goes ]
 Of the star (a command and its reply a tag; NOTE [ the exchange ] for one process). Measured
 in tags-virtual-2p (``ping`` on the host, ``pong`` in a process of its own, one
@@ -284,11 +300,16 @@ def _span(processes: Processes, until: float | None, done: Callable[[], bool] | 
     host, engine = processes.host, processes.host.engine
     waking = processes.placement.waking
     here, there = frozenset(waking[HOST]), frozenset(waking[group.name])
+    wakes_any = bool(here or there)  # else no tag's messages wake a node (``again``)
     host.begin_advance()
     due_here = host.next_due()
     ask = _ask(engine.policy, done, None)
-    group.send_tag("span", until, due_here, ask, (sorted(here), sorted(there)))
-    due_there: float = group.tag_reply()
+    # The process's due time, where no command went to it since the last span ended whole: it
+    # replies to the span only where it is not known (its first tag's message comes at once).
+    known, group.known_due = group.known_due, None
+    known_there = known[1] if known is not None and known[0] == group.commands else None
+    group.send_tag("span", until, due_here, ask, (sorted(here), sorted(there)), known_there)
+    due_there: float = group.tag_reply() if known_there is None else known_there
     last, failed = -math.inf, False
     try:
         while (step := decide(ask, failed, due := min(due_here, due_there), last, until)) == TAG:
@@ -300,13 +321,14 @@ def _span(processes: Processes, until: float | None, done: Callable[[], bool] | 
             found, failed_there, due_there = group.tag_reply()
             if found:
                 host.apply(found)
-            if again(ask, failed_there is not None, found, crossed, (here, there)):  # a due moved
-                due_here = host.next_due()
+            if wakes_any and again(ask, failed_there is not None, found, crossed, (here, there)):
+                due_here = host.next_due()  # a due moved: both send theirs once more
                 group.send_tag("exchange", (), ask, due_here)
                 due_there = group.tag_reply()[2]
-            failures = [(name, f) for name, f in ((HOST, failure), (group.name, failed_there)) if f]
-            if failures:
-                _fail_first(processes, failures)
+            if failure is not None or failed_there is not None:
+                _fail_first(
+                    processes, [(n, f) for n, f in ((HOST, failure), (group.name, failed_there)) if f]
+                )
             failed, last = failed_there is not None, due
     except BaseException:  # a bug, or the process's end: the span ends there too, if it can
         group.send_tag("exchange", (), HALT, math.inf)
@@ -314,6 +336,8 @@ def _span(processes: Processes, until: float | None, done: Callable[[], bool] | 
     if step == STOPPED:
         _wait_for_the_end(processes)
         return done() if done is not None else False
+    if step in (ENDED, UNTIL):  # ended whole: the process's due time is known for the next
+        group.known_due = (group.commands, due_there)
     if step == ENDED:
         return True
     if step == UNTIL:

@@ -21,6 +21,7 @@ tags/s: 2,400-3,000 tags/s with it, 1,400-1,700 without.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import time
@@ -60,6 +61,12 @@ class Poller:
             _yield_cpu()
             if clock() - now > BUSY:
                 return []
+        return [fd for fd, _ in ready]
+
+    def block(self, seconds: float | None) -> list[int]:
+        """As ``wait``, blocked instead of polling (forever for None): without the selector
+        ``multiprocessing.connection.wait`` and ``Connection.poll`` make each call."""
+        ready = self._poll.poll(None if seconds is None else max(0, math.ceil(seconds * 1000)))
         return [fd for fd, _ in ready]
 
 
