@@ -76,3 +76,26 @@ def test_each_of_two_messages_read_from_one_input_is_checked(change: str) -> Non
 def test_two_messages_read_and_left_unchanged_pass() -> None:
     node = _run("none")
     assert node.distinct  # the second read was the host's new message
+
+
+class ChangesOnItsThread(Node):
+    """On a thread of its own (its hooks called by ``Hooks.call``): changes what it read."""
+
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.01, seed=0, dedicated_thread=True)
+
+    def on_update(self, dt: float) -> None:
+        message = self.x.read()
+        if message is not None:
+            message.add_(1.0)
+
+
+def test_a_dedicated_thread_s_hook_is_checked_too() -> None:
+    node = ChangesOnItsThread()
+    net = Net()
+    net.r = node
+    with pytest.raises(mujou.HookError) as info, mujou.run(net, inputs={node.x: torch.zeros(1)}) as run:
+        run.sleep(0.5)
+    assert str(info.value.__cause__).startswith("node 'r' changed in place, in on_update, a message it read")

@@ -100,7 +100,8 @@ class Hooks:
                     result = core.context.run(fn, *args)
             else:
                 result = core.context.run(fn, *args)
-            check_reads(slot, hook)
+            if slot.inputs or core.reads:
+                check_reads(slot, hook)
             if streams is not None:
                 streams.wait()  # cuda.wait-after-update (and after a restore, and state_dict)
             return result, None
@@ -110,7 +111,8 @@ class Hooks:
             ended = _perf_counter()
             slot.busy_seconds += ended - began
             core.hook_thread = 0
-            forget_reads(slot)
+            if slot.inputs or core.reads:
+                forget_reads(slot)
             try:
                 if restore_host is not None:
                     restore_host()
