@@ -208,9 +208,21 @@ to the node's ``reads`` list as before. Counted with the harness above (``/tmp/r
 beside ``runcg.sh``, not in the repository; callgrind on at node 0's third update and off at
 its fifth through a two-line ctypes helper, about 1,950 updates, the same machine), the base
 b8e76db and the change alternated: 44.14k, 44.14k and 44.16k instructions an update before
-(a first, cold run 45.26k), 43.80k, 43.82k and 43.82k after (-0.33k, 0.75 %). The send to
-the triggered start (the trigger harness: a 0.5 s sender, 19 sends, each figure with the
-ctypes calls) does not read through this path: 36.18k before, 36.21k after.
+(a first, cold run 45.26k), 43.80k, 43.82k, 43.82k and 43.88k after (-0.3k, 0.75 %); the
+plain pool 35.78k in the same harness (``pool.py``), so 1.23x against 1.24x (the target 1.2x
+is 42.9k). The send to the triggered start (``trig.py``: bench's trigger-latency net with a
+0.5 s sender, on just before ``send``, off at the triggered hook's first line, 19 sends, each
+figure with the two ctypes calls) does not take this path: 35.99k and 36.18k before, 36.21k
+and 36.30k after. Tried and dropped: ``type(value)`` for ``value.__class__`` in ``send``
+(43.88k, no gain). What is left of the fleet's difference is each a rule's call into torch
+or CPython, counted per update with ``callgrind_annotate --inclusive=yes``: ``_version`` 843
+(three reads: the send's, the read's check, the check after the hook), ``is_cpu`` 486 (send
+and read), ``perf_counter`` 354 (the busy time), ``requires_grad`` 245, the seed's
+``initial_seed`` 238, ``get_ident`` 225 (the two ports' thread checks); the rest is the
+Python of the runner's steps and the two port calls. A message's device and grad facts
+could be carried in its ``_latest`` tuple from the send (the read's ``is_cpu`` gone), but
+that tuple has producers in the processes' stand-ins as well (``_processes/_wire.py``,
+``_mirrors.py``): not done here.
 """
 
 from __future__ import annotations
