@@ -189,7 +189,17 @@ class Input(_Port, Generic[M]):
     messages are, as for :class:`Output`. See :ref:`ports.read-latest`.
     """
 
-    __slots__ = ("_base", "_coalesced", "_link", "_optional", "_seen", "_seen_before", "_slot", "_source")
+    __slots__ = (
+        "_base",
+        "_coalesced",
+        "_link",
+        "_optional",
+        "_read",
+        "_seen",
+        "_seen_before",
+        "_slot",
+        "_source",
+    )
 
     @overload
     def __init__(
@@ -227,6 +237,10 @@ class Input(_Port, Generic[M]):
         # arrivals counted in ``_coalesced`` come after it (trigger.coalesce).
         self._base = 0
         self._coalesced = 0
+        # The latest message (its ``_latest`` tuple) the running hook read first from this
+        # port, checked after the hook (ports.message-read-only); a second, other message it
+        # reads goes to the node's ``reads`` list. None: none read.
+        self._read: tuple[Any, ...] | None = None
 
     def _bound_copy(self, node: PortNode, core: PortCore) -> Input[M]:
         port = super()._bound_copy(node, core)
@@ -235,12 +249,14 @@ class Input(_Port, Generic[M]):
         port._source = port._link = None
         port._slot = None
         port._seen = port._seen_before = port._base = port._coalesced = 0
+        port._read = None
         return port
 
     def _begin_run(self, slot: RunSlot) -> None:
         """A run of the node starts: no update has seen a message yet (ports.fresh)."""
         self._slot = slot
         self._seen = self._seen_before = self._coalesced = 0
+        self._read = None
         latest = (self if self._source is None else self._source)._latest
         self._base = 0 if latest is None else latest[4]
 
@@ -278,7 +294,11 @@ class Input(_Port, Generic[M]):
         if message._version != version:
             port._raise_changed()
         if core.cpu and message.is_cpu:  # the common case, in short
-            core.reads.append((self, message, version))
+            read = self._read
+            if read is None:  # noted for the check after the hook, without a new tuple
+                self._read = latest
+            elif read is not latest:
+                core.reads.append((self, message, version))
             shared: M = message  # typed by assignment: cast() would be a call on the hot path
             return shared
         if message.device == core.device:

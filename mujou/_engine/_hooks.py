@@ -19,7 +19,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import torch
 
@@ -100,7 +100,7 @@ class Hooks:
                     result = core.context.run(fn, *args)
             else:
                 result = core.context.run(fn, *args)
-            if core.reads:
+            if slot.inputs or core.reads:
                 check_reads(slot, hook)
             if streams is not None:
                 streams.wait()  # cuda.wait-after-update (and after a restore, and state_dict)
@@ -111,8 +111,8 @@ class Hooks:
             ended = _perf_counter()
             slot.busy_seconds += ended - began
             core.hook_thread = 0
-            if core.reads:
-                core.reads.clear()
+            if slot.inputs or core.reads:
+                forget_reads(slot)
             try:
                 if restore_host is not None:
                     restore_host()
@@ -211,10 +211,30 @@ class Hooks:
 
 
 def check_reads(slot: Slot, hook: str) -> None:
-    for port, message, version in slot.core.reads:
+    """RuntimeError when hook ``hook`` of ``slot``'s node changed a message it read in place
+    (ports.message-read-only): the first message read from each input, then the others."""
+    for port in slot.inputs:
+        read = port._read
+        if read is not None and read[0]._version != read[1]:
+            changed_read(slot, hook, port)
+    for owner, message, version in slot.core.reads:
         if message._version != version:
-            raise RuntimeError(
-                f"node {slot.name!r} changed in place, in {hook}, a message it read from "
-                f"{port.name!r}; messages are shared with the other readers and read-only: "
-                "clone it first (message.clone())"
-            )
+            changed_read(slot, hook, owner)
+
+
+def forget_reads(slot: Slot) -> None:
+    """The hook returned: forget what it read (after ``check_reads``)."""
+    for port in slot.inputs:
+        port._read = None
+    reads = slot.core.reads
+    if reads:
+        reads.clear()
+
+
+def changed_read(slot: Slot, hook: str, port: Any) -> NoReturn:
+    """Hook ``hook`` of ``slot``'s node changed in place a message it read from ``port``."""
+    raise RuntimeError(
+        f"node {slot.name!r} changed in place, in {hook}, a message it read from "
+        f"{port.name!r}; messages are shared with the other readers and read-only: "
+        "clone it first (message.clone())"
+    )

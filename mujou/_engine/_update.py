@@ -199,6 +199,30 @@ instructions, the nodes' slots and ports being many more objects to touch than t
 closures. What the difference is spent on is as counted above: the ports' rules (the
 thread check, the read-only stamps, the device and grad checks: about 10k an update) and
 the engine's statistics, fresh bits and checks (about 5k beyond the pool's heap).
+
+Issue 24, the read-only check (ports.message-read-only) without a tuple per read: the first
+message a hook reads from an input is noted on the input (``Input._read``, the port's
+``_latest`` tuple itself, no new one), and the runner checks the node's inputs after the
+hook; only a second, other message read from the same input (one that arrived meanwhile) goes
+to the node's ``reads`` list as before. Counted with the harness above (``/tmp/rules/fleet.py``
+beside ``runcg.sh``, not in the repository; callgrind on at node 0's third update and off at
+its fifth through a two-line ctypes helper, about 1,950 updates, the same machine), the base
+b8e76db and the change alternated: 44.14k, 44.14k and 44.16k instructions an update before
+(a first, cold run 45.26k), 43.80k, 43.82k, 43.82k and 43.88k after (-0.3k, 0.75 %); the
+plain pool 35.78k in the same harness (``pool.py``), so 1.23x against 1.24x (the target 1.2x
+is 42.9k). The send to the triggered start (``trig.py``: bench's trigger-latency net with a
+0.5 s sender, on just before ``send``, off at the triggered hook's first line, 19 sends, each
+figure with the two ctypes calls) does not take this path: 35.99k and 36.18k before, 36.21k
+and 36.30k after. Tried and dropped: ``type(value)`` for ``value.__class__`` in ``send``
+(43.88k, no gain). What is left of the fleet's difference is each a rule's call into torch
+or CPython, counted per update with ``callgrind_annotate --inclusive=yes``: ``_version`` 843
+(three reads: the send's, the read's check, the check after the hook), ``is_cpu`` 486 (send
+and read), ``perf_counter`` 354 (the busy time), ``requires_grad`` 245, the seed's
+``initial_seed`` 238, ``get_ident`` 225 (the two ports' thread checks); the rest is the
+Python of the runner's steps and the two port calls. A message's device and grad facts
+could be carried in its ``_latest`` tuple from the send (the read's ``is_cpu`` gone), but
+that tuple has producers in the processes' stand-ins as well (``_processes/_wire.py``,
+``_mirrors.py``): not done here.
 """
 
 from __future__ import annotations
@@ -214,7 +238,7 @@ import torch
 from .._schedule import next_slot
 from .._stats import LATENESS_WINDOW
 from ._clock import RealClock
-from ._hooks import check_reads, profiler
+from ._hooks import changed_read, check_reads, forget_reads, profiler
 
 if TYPE_CHECKING:
     from ._batches import Batch
@@ -401,7 +425,8 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 slot.lateness[done % LATENESS_WINDOW] = lateness
             if traced:
                 _note_now(slot, start, dt, lateness)
-            for port in slot.inputs:  # Input.fresh: the number of the latest message at this start
+            inputs = slot.inputs
+            for port in inputs:  # Input.fresh: the number of the latest message at this start
                 source = port._source
                 latest = (port if source is None else source)._latest
                 seen = port._seen_before = port._seen
@@ -421,12 +446,19 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 began = _perf_counter()
                 try:
                     core.context.run(slot.update_hook, dt)
-                    if reads:  # ports.message-read-only, on the messages it read
-                        for _, message, version in reads:
-                            if message._version != version:
-                                check_reads(slot, "on_update")
+                    # ports.message-read-only, on the messages it read: the first of each
+                    # input is noted on the input (Input._read), any other in ``reads``.
+                    for port in inputs:
+                        read = port._read
+                        if read is not None:
+                            port._read = None
+                            if read[0]._version != read[1]:
+                                changed_read(slot, "on_update", port)
+                    if reads:
+                        check_reads(slot, "on_update")
                 except BaseException as exc:
                     failed = exc
+                    forget_reads(slot)
                 ended = _perf_counter()
                 busy = ended - began
                 slot.busy_seconds += busy
