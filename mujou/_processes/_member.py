@@ -205,7 +205,14 @@ class Member:
             try:
                 if not policy.stopping:
                     engine._start_instant(due)
-                    engine.host_wait(lambda: policy.stopping or policy.quiescent(clock.now()), lend=lends)
+
+                    def done() -> bool:
+                        return policy.stopping or policy.quiescent(clock.now())
+
+                    if lends and lender is not None:  # host_wait's, without its done() after
+                        lender.lend_instants(done)  # returns once done(), the lock held
+                    else:
+                        engine.host_wait(done)
                 if not policy.stopping:
                     engine._commit()
                     if policy.end_instant():
