@@ -96,7 +96,11 @@ take, the run and the put-back of the update (``take_instant_for_host``, ``_run_
 ``_wake_idle`` wakes nobody with it: the lockstep thread 228.0k, then 225.6k. ``Member.instant``
 calls ``Lender.lend_instants`` itself where it lends, without ``host_wait``'s second look at
 the instant's end after it (lend_instants returns once it saw it, the lock held): 225.1k, then
-220.2k. In all 230.2k to 220.2k a tag, 4 %; the process's side is unchanged (235.5k).
+220.2k. ``Engine.host_wait`` on the process's command thread (worker 0 while it waits,
+``_threads.Lent``) likewise returns once the worker's loop saw ``done()``, unless worker 0
+exited: the process 235.2k, then 231.5k. In all, a16ed38 to this: the lockstep thread 230.2k
+to 220.0k a tag (4 %), the process 235.3k to 231.5k (2 %); the host process's other threads
+(main, about 10k a tag; another, 9-20k) as they were.
 
 NOTE [ where a tag's time goes ]
 Of the star (a command and its reply a tag; NOTE [ the exchange ] for one process). Measured
