@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+import torch
 from _lockstep_nodes import Volley
 from _support import HANG_GUARD, hang_guard, vt
 
@@ -52,3 +55,41 @@ def test_the_thread_that_runs_the_tags_runs_the_host_process_updates() -> None:
     ), refused[:1]
     assert expected[0] is not None and got[0] is not None and expected[1] is not None and got[1] is not None
     assert float(got[0]) == float(expected[0]) and float(got[1]) == float(expected[1])
+
+
+class Passing(torch.overrides.TorchFunctionMode):
+    """A torch function mode that changes nothing: each function as it is."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.rule("proc.lockstep-thread")
+@pytest.mark.rule("threads.host-thread-settings")
+def test_a_setting_a_hook_leaves_on_the_lockstep_thread_ends_its_lending() -> None:
+    """``mujou-lockstep`` runs the host's process's updates only while its settings are a new
+    thread's, checked before each tag of a sleep, though it lends itself once for all of them:
+    a torch function mode that ``near``'s first update enters and never leaves (it is not put
+    back) leaves the later updates to the worker.
+    Planted: ``Lender._run_taken`` not ending the span's lending on a setting left (the
+    ``self.span = False`` there dropped): every update ran on ``mujou-lockstep`` and this fails."""
+    net = Volley()
+    left: list[Passing] = []
+
+    def leave_a_mode() -> None:
+        if not left:
+            left.append(Passing())
+            left[0].__enter__()  # type: ignore[no-untyped-call]  # torch's, untyped; never left
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mujou.LeakedSettingWarning)
+        with hang_guard(HANG_GUARD), mujou.run(net, workers=1, timer=vt(), processes={"far": net.far}) as run:
+            net.near.action = leave_a_mode
+            run.sleep(0.05)
+    assert net.near.threads == ["mujou-lockstep"] + ["mujou-worker-0"] * 4, net.near.threads

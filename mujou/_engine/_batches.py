@@ -436,6 +436,8 @@ class Workers:
                 self._quiet()
         else:
             self._put_back(self.workers, batch)
+        if self.virtual:  # _wake_idle wakes none: the instants wake the workers
+            return
         due = self._earliest()[0]
         if due < math.inf:
             self._wake_idle(due, exact=True, another=True)

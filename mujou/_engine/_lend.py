@@ -20,7 +20,9 @@ Guarantees:
   while its own are a new thread's (grad mode on, inference mode off, no autocast, no torch
   function or dispatch mode), which a hook sees on a worker no hook changed; after each batch
   it ran (one update under the real-time timer, an instant's under the virtual one) grad mode
-  and autocast are put back to those.
+  and autocast are put back to those. The thread that runs a span of tags across processes
+  (``begin_span``) checks them once for the span, then after each batch it ran what is not put
+  back, and lends itself to no more tags once a hook left one of those.
 - A KeyboardInterrupt that reaches the thread in the hook ends that update and propagates to
   the host (threads.host-interrupt). Any other exception in Mujou's code here stops the run
   with ``MujouInternalError``, which the host's call raises (run.internal-error).
@@ -107,7 +109,7 @@ class Lender:
     write before the host's wait did, after which the next write ends the deferral.
     """
 
-    __slots__ = ("_busy", "_engine", "_instants", "_pending", "_run", "defers", "looks")
+    __slots__ = ("_busy", "_engine", "_instants", "_pending", "_run", "defers", "looks", "span")
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -117,6 +119,7 @@ class Lender:
         self.looks = 0  # the idle workers' looks in a row that found nothing
         self._instants = 0  # virtual timer: the ident of the host thread lent to the instants
         self._busy = False  # real-time timer: a thread runs the update take_for_host gave it
+        self.span = False  # virtual timer: lent to a span's tags (begin_span), settings still fresh
 
     def write_arrived(self, port: _Port, now: float) -> None:
         """A host write on ``port`` (which wakes nodes), published at timer time ``now``,
@@ -208,6 +211,14 @@ class Lender:
                 hooking.discard(ident)
                 if not _is_grad_enabled() or _is_any_autocast_enabled():  # all it puts back
                     _put_settings_back()
+                # A span's thread (``begin_span``): what fresh_settings() reads that is not put
+                # back, left by a hook, ends its lending before the next tag.
+                if (
+                    self.span
+                    and ident == self._instants
+                    and (_is_inference_mode_enabled() or _function_modes() or _dispatch_modes())
+                ):
+                    self.span = False
         except KeyboardInterrupt:  # the host's (threads.host-interrupt): the update ends there
             self._done(interrupted=True)
             raise
@@ -271,11 +282,22 @@ class Lender:
         self._engine.policy.host_lends = True
         return True
 
+    def begin_span(self) -> bool:
+        """``begin_instants`` for every tag of a span (proc.exchange) at once, on the thread
+        that runs them all and nothing else between them (the host's ``mujou-lockstep``): its
+        checks once, not once a tag. ``span`` stays true while the settings the updates leave
+        on it are a new thread's (grad mode and autocast are put back after each; a hook that
+        leaves another ends it), as ``begin_instants`` would find them at each tag; the caller
+        then ends the lending (``end_instants``). Whether it lent itself."""
+        self.span = self.begin_instants()
+        return self.span
+
     def end_instants(self) -> None:
         """With the lock held: the host call that lent itself stops advancing. An instant it
         leaves half done (an interrupt) is the workers' again: they are woken for it."""
         engine = self._engine
         self._instants = 0
+        self.span = False
         engine.policy.host_lends = False
         if engine.policy.instant:
             engine.parking.notify_workers()

@@ -382,9 +382,12 @@ class Engine(Instants):
         instants' worker updates meanwhile."""
         lent = self.lent
         if lent is not None and lent.here():
-            lent.work(done)
+            lent.work(done)  # returns once done(), the lock held, but where worker 0 exited
+            if not lent.exited:
+                return
         elif lend and self.lender is not None:
-            self.lender.lend_instants(done)
+            self.lender.lend_instants(done)  # returns once done(), the lock held
+            return
         while not done():
             self.host.wait(self.poll)
 

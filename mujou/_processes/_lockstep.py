@@ -81,6 +81,27 @@ update costs several times the update's own 10.7k), then the codec (about 3 us a
 for one scalar tensor, of which the tensor's rebuild or reduction is most: a pickle of the same
 message without the tensor takes 0.5 us), the framing, and the publish.
 
+Then ``mujou-lockstep`` lent to a span's instants once (``Member.lend``, ``Lender.begin_span``)
+instead of once a tag: ``begin_instants``'s checks (whether a hook runs there, five torch
+settings reads) and ``end_instants`` leave the tag, three settings reads after each update the
+thread runs come in (what a hook may leave that is not put back ends the lending). Counted per
+thread (the same command with ``--separate-threads=yes``, a16ed38 and this interleaved): the
+lockstep thread 230.2k instructions a tag before, 228.1k after, 1 %; the whole host process
+stays within the noise of the measure's other threads (the main thread's polls while it waits
+for the sleep count: 248-264k by load), the process 235k both (its command thread is worker 0
+for the whole run, lent once already). So the instant's cost is not in the lending: it is the
+take, the run and the put-back of the update (``take_instant_for_host``, ``_run_taken``,
+``host_done``), the instant's start and commit, and the waits' ``done`` checks around them.
+``host_done`` no longer looks for the earliest due update under the virtual timer, where
+``_wake_idle`` wakes nobody with it: the lockstep thread 228.0k, then 225.6k. ``Member.instant``
+calls ``Lender.lend_instants`` itself where it lends, without ``host_wait``'s second look at
+the instant's end after it (lend_instants returns once it saw it, the lock held): 225.1k, then
+220.2k. ``Engine.host_wait`` on the process's command thread (worker 0 while it waits,
+``_threads.Lent``) likewise returns once the worker's loop saw ``done()``, unless worker 0
+exited: the process 235.2k, then 231.5k. In all, a16ed38 to this: the lockstep thread 230.2k
+to 220.0k a tag (4 %), the process 235.3k to 231.5k (2 %); the host process's other threads
+(main, about 10k a tag; another, 9-20k) as they were.
+
 NOTE [ where a tag's time goes ]
 Of the star (a command and its reply a tag; NOTE [ the exchange ] for one process). Measured
 in tags-virtual-2p (``ping`` on the host, ``pong`` in a process of its own, one
@@ -311,6 +332,7 @@ def _span(processes: Processes, until: float | None, done: Callable[[], bool] | 
     group.send_tag("span", until, due_here, ask, (sorted(here), sorted(there)), known_there)
     due_there: float = group.tag_reply() if known_there is None else known_there
     last, failed = -math.inf, False
+    host.lend()  # once for the span's tags, not once a tag
     try:
         while (step := decide(ask, failed, due := min(due_here, due_there), last, until)) == TAG:
             with processes.tag_lock:
@@ -333,6 +355,8 @@ def _span(processes: Processes, until: float | None, done: Callable[[], bool] | 
     except BaseException:  # a bug, or the process's end: the span ends there too, if it can
         group.send_tag("exchange", (), HALT, math.inf)
         raise
+    finally:
+        host.unlend()
     if step == STOPPED:
         _wait_for_the_end(processes)
         return done() if done is not None else False

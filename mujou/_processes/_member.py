@@ -61,6 +61,7 @@ class Member:
         self.receiver: Inbox | None = None
         self._pipes: list[Pipe] = []  # this process's ends of the wake pipes it writes
         self._members = {id(node) for node in nodes}
+        self._lent = False  # the calling thread is lent to the instants for a span (``lend``)
         self._saved_readers: list[tuple[Output[Any], list[Input[Any]]]] = []
         self._saved_sources: list[tuple[Input[Any], Output[Any] | None, Output[Any] | None]] = []
         # Extension points of mujou._hosts: this machine's monotonic clock minus the host's, and
@@ -166,6 +167,26 @@ class Member:
         """A host call that runs tags begins: the microstep cap counts from here."""
         self.engine.call_microsteps = 0
 
+    def lend(self) -> None:
+        """Before a span of tags (proc.exchange), on the thread that runs them all: lend it to
+        the instants of every tag of the span (``Lender.begin_instants``, its checks once), until
+        ``unlend``, instead of once a tag (``Lender.begin_span``). Only a thread that runs
+        nothing but Mujou's code and the updates it runs there may (the host's
+        ``mujou-lockstep``)."""
+        lender = self.engine.lender
+        if lender is not None:
+            with self.engine.lock:
+                self._lent = lender.begin_span()
+
+    def unlend(self) -> None:
+        """The span's tags are over (or it failed): the thread is the host's again."""
+        if self._lent:
+            lender = self.engine.lender
+            assert lender is not None
+            with self.engine.lock:
+                self._lent = False
+                lender.end_instants()
+
     def instant(self, due: float) -> tuple[list[Crossing], Failure | None]:
         """Run the tag at ``due`` (every process runs each tag, most with nothing due) and
         commit it: the messages that cross, and this process's failure if it stopped."""
@@ -175,17 +196,29 @@ class Member:
         outbox.clear()
         lender = engine.lender  # the host's process: the thread that runs the tag lends itself
         with engine.lock:
-            lends = lender is not None and lender.begin_instants()
+            lent = False  # for the whole span (``lend``)
+            if self._lent and lender is not None:
+                lent = self._lent = lender.span
+                if not lent:  # a hook left this thread's settings changed: lent no more
+                    lender.end_instants()
+            lends = lent or (lender is not None and lender.begin_instants())
             try:
                 if not policy.stopping:
                     engine._start_instant(due)
-                    engine.host_wait(lambda: policy.stopping or policy.quiescent(clock.now()), lend=lends)
+
+                    def done() -> bool:
+                        return policy.stopping or policy.quiescent(clock.now())
+
+                    if lends and lender is not None:  # host_wait's, without its done() after
+                        lender.lend_instants(done)  # returns once done(), the lock held
+                    else:
+                        engine.host_wait(done)
                 if not policy.stopping:
                     engine._commit()
                     if policy.end_instant():
                         engine.deliver()
             finally:
-                if lends:
+                if lends and not lent:
                     assert lender is not None
                     lender.end_instants()
         crossed = list(outbox)
