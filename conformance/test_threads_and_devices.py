@@ -614,35 +614,24 @@ def test_blocking_hook_holds_its_worker() -> None:
     assert other.dts[count] >= released_at - blocked_at, (other.dts[count], blocked_at, released_at)
 
 
-@pytest.mark.rule("threads.blocking-holds-worker")
-def test_a_blocking_hook_holds_only_its_worker() -> None:
+@pytest.mark.rule("threads.blocking-holds-worker", "threads.earliest-due-first")
+@pytest.mark.parametrize("other_first", [False, True], ids=["blocker-first", "other-first"])
+def test_a_blocking_hook_holds_only_its_worker(other_first: bool) -> None:
     """> A hook that blocks holds its worker meanwhile, and the other nodes' updates wait: their `dt`
     > grows.
-
-    Its worker only: with two workers, the other one takes the due updates meanwhile (while
-    the GIL is enabled, once the hook has run for a millisecond or more)."""
-    blocker = BlockOnce(period=0.02)
-    other = DtRecorder(period=0.002)
-    with mujou.run(Bag(blocker=blocker, other=other), workers=2):
-        assert blocker.entered.wait(HANG_GUARD)
-        count = len(other.dts)
-        wait_until(lambda: len(other.dts) >= count + 5, "five updates of the other node")
-        assert not blocker.release.is_set()  # the blocker still blocks
-        blocker.release.set()
-
-
-@pytest.mark.rule("threads.blocking-holds-worker", "threads.earliest-due-first")
-def test_a_node_that_ran_before_a_blocking_hook_goes_on_on_the_other_worker() -> None:
-    """> Worker nodes that are due when a worker takes work are taken together ... and a worker
+    > Worker nodes that are due when a worker takes work are taken together ... and a worker
     > held up in one of those hooks leaves the rest to the other workers, and those it ran once
     > they fall due again.
 
-    The other node, first in registration order, runs first in the batch they share; then the
-    blocker blocks its worker, and the other worker takes the other node each time it falls
-    due (it used to stay with the blocked worker's batch until the hook returned)."""
-    other = DtRecorder(period=0.002)
+    Its worker only: with two workers, the other one takes the due updates meanwhile (while
+    the GIL is enabled, once the hook has run for a millisecond or more). With the other node
+    first in registration order, it runs first in the batch they share, then the blocker
+    blocks its worker, and the other worker takes the other node each time it falls due (it
+    used to stay with the blocked worker's batch until the hook returned)."""
     blocker = BlockOnce(period=0.02)
-    with mujou.run(Bag(other=other, blocker=blocker), workers=2):
+    other = DtRecorder(period=0.002)
+    nodes = {"other": other, "blocker": blocker} if other_first else {"blocker": blocker, "other": other}
+    with mujou.run(Bag(**nodes), workers=2):
         assert blocker.entered.wait(HANG_GUARD)
         count = len(other.dts)
         wait_until(lambda: len(other.dts) >= count + 5, "five updates of the other node")
