@@ -84,6 +84,7 @@ class Span:
         self.failure: Failure | None = None
         self.sent: Sequence[Crossing] = ()
         self.waking: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # host's, ours
+        self.wakes_any = False  # a port of either side wakes a node (else no ``again``)
         self.second = False  # the next message of the host is its due time after publishing
         self.quiet = False  # the host knew the due time ``begin`` answers: no reply goes
 
@@ -103,6 +104,7 @@ class Span:
         self.until, self.last, self.second = until, -float("inf"), False
         self.host_due, self.ask, self.failure = host_due, ask, None
         self.waking = (frozenset(waking[0]), frozenset(waking[1]))
+        self.wakes_any = bool(self.waking[0] or self.waking[1])
         self.due = member.next_due()
         if known is not None and known != self.due:  # both would choose other tags
             raise MujouInternalError(
@@ -137,9 +139,7 @@ class Span:
         self.ask, self.host_due = ask, host_due
         if crossings:
             self.member.apply(crossings)
-        if (self.waking[0] or self.waking[1]) and again(
-            ask, self.failure is not None, self.sent, crossings, self.waking
-        ):
+        if self.wakes_any and again(ask, self.failure is not None, self.sent, crossings, self.waking):
             self.second, self.due = True, self.member.next_due()
             return self.message(((), None, self.due))
         return self.next()
