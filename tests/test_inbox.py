@@ -105,6 +105,40 @@ def test_a_parked_worker_takes_the_records_itself(inbox: tuple[Inbox, _Engine, P
     assert woke == [True] and engine.crashes == []
 
 
+def test_a_parked_worker_runs_the_update_it_claimed_before_its_wait_returns(
+    inbox: tuple[Inbox, _Engine, Pipe, RingWriter],
+) -> None:
+    """NOTE [ claiming a received update ]: the update the parked worker claimed as it took a
+    record (the claim itself: the test below) runs on that worker's thread, from the claim's
+    start, inside its wait, which then returns as notified, its busy time counted (planted:
+    the gate's wait not running the claim: the update never ran, and the worker, notified,
+    would only have asked the policy again)."""
+    box, engine, pipe, ring = inbox
+    box.standins.ports["y"]._wakes = (0,)  # a node it triggers
+    batch = Batch()
+    claims: list[int | None] = []
+    runs: list[tuple[str, Batch, float]] = []
+
+    def arrived(woken: Any, worker: int | None) -> tuple[Batch, float]:
+        claims.append(worker)
+        engine.parking.notify(0)  # as the claim does, under the engine's lock
+        return batch, 0.5
+
+    def run(taken: Batch, start: float) -> float:
+        runs.append((threading.current_thread().name, taken, start))
+        return 0.25
+
+    box._arrived = arrived  # type: ignore[method-assign]  # the claim: tested below
+    gate = box._gates[0]
+    gate._runner = run
+    cast(Any, engine).worker_busy = [1.0]
+    _send(pipe, ring, 7.0, 1)
+    woke: list[bool] = []
+    _park(engine, HANG_GUARD, woke).join(HANG_GUARD)
+    assert claims == [0] and runs == [("parked-worker", batch, 0.5)] and woke == [True]
+    assert cast(Any, engine).worker_busy == [1.25] and engine.crashes == []
+
+
 def test_a_listening_gate_parks_as_a_lock(inbox: tuple[Inbox, _Engine, Pipe, RingWriter]) -> None:
     """A wait on a listening gate ends False when its time runs out, True when notified, and
     at once when the workers go back to plain locks (planted: ``use_gates(None)`` that wakes
@@ -188,7 +222,7 @@ def test_records_are_taken_whole_in_any_pieces() -> None:
 
 def test_the_worker_that_took_a_record_claims_the_update_it_makes_due_now_only() -> None:
     """NOTE [ claiming a received update ]: a message from another process that parked worker
-    0 took makes the triggered node that worker's held batch, which it runs next without the
+    0 took makes the triggered node that worker's batch, which it runs at once without the
     queue; the claim declines (and changes nothing) when another update is due first
     (threads.earliest-due-first), when ``min_interval`` makes it due later, and with the GIL's
     hold-back (planted: the queue's due time not compared: the claim ran the node before the
@@ -203,10 +237,9 @@ def test_the_worker_that_took_a_record_claims_the_update_it_makes_due_now_only()
     wire([slot])
     policy = started_policy([slot], 1)
     received(slot, 1.0, 0.01)
-    assert policy.received_to_free(slot, 0.01, 0)
+    batch = policy.received_to_free(slot, 0.01, 0)  # the worker runs it at once
+    assert batch is policy.batch[0] and batch.todo == [0] and not batch.held
     assert policy.holder[0] == 1 and not policy.queue.dues and check(policy) == []
-    kind, batch = policy.next_for_worker(0, 0.01, 0.0)
-    assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0] and not batch.held
     begin_update(policy.slots[batch.todo.pop()], 0.01, False)
     batch.ran.append(slot)
     assert policy.next_for_worker(0, 0.011, 0.0)[0] == PARK and check(policy) == []
@@ -216,7 +249,7 @@ def test_the_worker_that_took_a_record_claims_the_update_it_makes_due_now_only()
     wire([first, later])
     policy = started_policy([first, later], 1)
     received(later, 2.0, 0.02)
-    assert not policy.received_to_free(later, 0.02, 0)
+    assert policy.received_to_free(later, 0.02, 0) is None
     assert later.due == math.inf and policy.holder[1] == 0 and not policy.batch[0].todo
     assert policy.sent_to_free(later, 0.02, None)
     kind, batch = policy.next_for_worker(0, 0.02, 0.0)
@@ -228,7 +261,7 @@ def test_the_worker_that_took_a_record_claims_the_update_it_makes_due_now_only()
     policy = started_policy([spaced], 1)
     spaced.last = 0.018
     received(spaced, 3.0, 0.02)
-    assert not policy.received_to_free(spaced, 0.02, 0) and spaced.due == math.inf
+    assert policy.received_to_free(spaced, 0.02, 0) is None and spaced.due == math.inf
     assert policy.sent_to_free(spaced, 0.02, None) and spaced.due == 0.023
 
     # Several workers with the GIL's hold-back: the general way.
@@ -236,7 +269,7 @@ def test_the_worker_that_took_a_record_claims_the_update_it_makes_due_now_only()
     wire([shared])
     policy = started_policy([shared], 2, gil=True)
     received(shared, 4.0, 0.03)
-    assert not policy.received_to_free(shared, 0.03, 1)
+    assert policy.received_to_free(shared, 0.03, 1) is None
 
 
 class _Watched:

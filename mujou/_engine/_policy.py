@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from ._arrivals import arrivals_due, come_back, due_after, unseen_number
-from ._batches import EXIT, FREE, JOB, PARK, QUEUED_JOB, RUN, SLEEP
+from ._batches import EXIT, FREE, JOB, PARK, QUEUED_JOB, RUN, SLEEP, Batch
 from ._ending import Ending
 from ._slot import RESTORE, START, STATE, STOP, Job, Slot
 
@@ -658,27 +658,30 @@ class Policy(Ending):
                 self.shared.append(batch)
             self._wake_idle(slot.due, exact=True)
 
-    def received_to_free(self, slot: Slot, now: float, w: int) -> bool:
+    def received_to_free(self, slot: Slot, now: float, w: int) -> Batch | None:
         """``sent_to_free`` for a message from another process that worker ``w``, waiting,
         took (``_processes._inbox``): when no job or pause needs the worker and its batch is
-        empty, ``claim`` with ``w`` as the holder, its next batch, held; whether it did (False:
-        nothing decided, the caller goes the general way).
+        empty, ``claim`` with ``w`` as the holder, its batch, which ``w`` runs at once, from
+        ``now``, before it asks again (as a RUN answer's); None: nothing decided, the caller
+        goes the general way.
 
         NOTE [ claiming a received update ]: the worker that read the record is the one the
         update should run on (no hand-off to another thread); pushing the node on the queue,
         the wake logic and ``next_for_worker``'s search of the queue only to take it back
-        cost that worker about 10 µs of cold Python per message. A held batch is what
-        ``next_for_worker`` runs first, when it is still first and no job, pause or stop
-        needs the worker (``_wait_held``): the rules of a queued node hold. With the GIL's
+        cost that worker about 10 µs of cold Python per message, and going back through its
+        wait and its loop to the policy to run a batch held for it cost as much again. The
+        claim decides under the lock what ``next_for_worker`` would (nothing due first, no
+        job, pause or stop needs the worker, the node free), and the worker acts on it right
+        after the lock, as on a RUN answer: the rules of a queued node hold. With the GIL's
         hold-back (several workers) the general way decides.
         """
         batch = self.batch[w] if 0 <= w < self.workers else None
         if batch is None or batch.held or batch.todo or batch.ran or batch.shared:
-            return False
+            return None
         if not slot.one_input or self.gil is not None or self.paused or self.jobs:
-            return False
+            return None
         if not self.claim(slot, now, w + 1):
-            return False
-        batch.due, batch.todo, batch.handed, batch.mixed, batch.held = slot.due, [slot.index], 0, False, True
+            return None
+        batch.due, batch.todo, batch.handed, batch.mixed = slot.due, [slot.index], 0, False
         self.until[w] = -math.inf  # not idle: no wake-up is aimed at it
-        return True
+        return batch
