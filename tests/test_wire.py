@@ -8,6 +8,7 @@ import os
 import pickle
 import select
 import threading
+import weakref
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -228,3 +229,18 @@ def test_the_senders_record_of_a_plain_write_goes_before_its_copy(monkeypatch: p
         forwarders.remove()
         pipe.close()
         reading.close()
+
+
+def test_a_fresh_publish_frees_the_message_it_replaced_only_once_dropped() -> None:
+    """A ring's copy that replaces a stand-in's message keeps the message it replaced alive
+    until ``drop_replaced`` (a thread about to wait), so that freeing it is not on the way to
+    the update; then it is freed (planted: ``drop_replaced`` that keeps it: still alive)."""
+    standins = Standins(["y"])
+    first = torch.zeros(4)
+    standins.publish(None, "y", first, None, stamp=1.0, number=1, fresh=True)
+    gone = weakref.ref(first)
+    del first
+    standins.publish(None, "y", torch.ones(4), None, stamp=2.0, number=2, fresh=True)
+    assert gone() is not None  # replaced, kept
+    standins.drop_replaced()
+    assert gone() is None

@@ -501,8 +501,10 @@ class Inbox:
 
     def prepare(self) -> None:
         """On a thread about to wait: make the tensors of each ring's next message now
-        (``RingReader.prepare``), so that taking a record copies into them. A pipe another
-        thread reads now is left to the next wait."""
+        (``RingReader.prepare``), so that taking a record copies into them, and free the
+        message a publish replaced (``Standins.drop_replaced``). A pipe another thread reads
+        now is left to the next wait."""
+        self.standins.drop_replaced()
         for inbound in self._inbound.values():
             if inbound.closed or not inbound.readers or not inbound.lock.acquire(blocking=False):
                 continue
@@ -783,10 +785,15 @@ class ListeningGate:
 
     def release(self) -> None:
         """Open the gate. Its own worker, releasing it as a record it took wakes it
-        (``Inbox._arrived``), only marks it open: it looks before it waits again."""
+        (``Inbox._arrived``), only marks it open, without the mutex: it looks before it waits
+        again, and the other threads only ever open it too (``_waiter``, its own ident, is set
+        and cleared by that thread alone)."""
+        if self._waiter == threading.get_ident():
+            self._open = True
+            return
         with self._mutex:
             self._open = True
-            if not self._closed and self._waiter != threading.get_ident() and not self._signalled:
+            if not self._closed and not self._signalled:
                 self._signalled = True
                 os.eventfd_write(self._event, 1)
 
