@@ -454,8 +454,9 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                             port._read = None
                             if read[0]._version != read[1]:
                                 changed_read(slot, "on_update", port)
-                    if reads:
+                    if reads:  # a second message of an input, or one not on the CPU
                         check_reads(slot, "on_update")
+                        reads.clear()
                 except BaseException as exc:
                     failed = exc
                     forget_reads(slot)
@@ -464,8 +465,6 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 slot.busy_seconds += busy
                 spent += busy
                 core.hook_thread = 0
-                if reads:
-                    reads.clear()
             else:
                 before = slot.busy_seconds
                 failed = call(slot, "on_update", slot.update_hook, dt)[1]
