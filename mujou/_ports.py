@@ -96,19 +96,21 @@ class Output(_Port, Generic[M]):
         if value.__class__ is not _Tensor and not isinstance(value, _Tensor):
             self._send_nest(value, copy, core)
             return
-        if copy is not True and copy is not False:
-            raise TypeError(f"copy must be a bool, got {type(copy).__name__}: {copy!r}")
         if self._checks:
             self._check(value)
         tensor: torch.Tensor = value  # type: ignore[assignment]  # a tensor, just checked
         if tensor.requires_grad:
             tensor = tensor.detach()
         cpu = tensor.is_cpu
-        if cpu:
-            if copy:
+        if cpu:  # copy is checked to be a bool on the way: False, True, else the TypeError
+            if copy is False:
+                message, version = tensor, tensor._version
+            elif copy is True:
                 message, version = tensor.clone(), 0  # a new tensor: its version counter is 0
             else:
-                message, version = tensor, tensor._version
+                raise _not_bool(copy)
+        elif copy is not True and copy is not False:
+            raise _not_bool(copy)
         else:
             message = self._snapshot_off_cpu(tensor, copy, core)
             version, cpu = message._version, message.is_cpu
@@ -154,7 +156,7 @@ class Output(_Port, Generic[M]):
         except TypeError as exc:
             raise TypeError(f"port {self.name!r} sends {KINDS}; got {exc}") from None
         if copy is not True and copy is not False:
-            raise TypeError(f"copy must be a bool, got {type(copy).__name__}: {copy!r}")
+            raise _not_bool(copy)
         if self._checks:
             self._check(value)
         snapshot = []
@@ -418,6 +420,10 @@ class Input(_Port, Generic[M]):
         version = message._version if nest is None else 0
         with _WRITE_LOCK:
             self._publish(message, version, nest, stamp)
+
+
+def _not_bool(copy: object) -> TypeError:
+    return TypeError(f"copy must be a bool, got {type(copy).__name__}: {copy!r}")
 
 
 def _move(tensor: torch.Tensor, core: PortCore) -> torch.Tensor:
