@@ -50,8 +50,8 @@ class RingNode(Node):
     x = Input()
     y = Output()
 
-    def __init__(self, w: torch.Tensor, zero: torch.Tensor) -> None:
-        super().__init__(period=PERIOD, seed=0)
+    def __init__(self, w: torch.Tensor, zero: torch.Tensor, period: float = PERIOD) -> None:
+        super().__init__(period=period, seed=0)  # another period: bench/fleet_callgrind.py
         self.w = w
         self.zero = zero
         self.starts = array("d")

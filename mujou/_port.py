@@ -23,9 +23,10 @@ M = TypeVar("M", default=torch.Tensor)  # the type of a port's messages, for typ
 Watcher = Callable[[Any], None]
 # A published message, as one reference, so a reader on another thread sees all of one
 # message, never parts of two: (message, its version counter when sent (a bare tensor), what
-# a nest was when sent (None for a bare tensor), the timer time it was sent, and its number
-# on this port: 1, 2, ... (Input.fresh compares these)).
-Latest = tuple[Any, int, Nest | None, float, int]
+# a nest was when sent (None for a bare tensor), the timer time it was sent, its number on
+# this port: 1, 2, ... (Input.fresh compares these), and whether it is a bare tensor on the
+# CPU: Input.read's common case, asked once when it is published instead of at each read).
+Latest = tuple[Any, int, Nest | None, float, int, bool]
 # A message sent under the virtual timer, visible once the instant ends: the port and a
 # Latest without its number, which it gets when it is published.
 Staged = tuple["_Port", Any, int, Nest | None, float]
@@ -221,7 +222,9 @@ class _Port:
     def _publish(self, message: Any, version: int, nest: Nest | None, stamp: float) -> None:
         """Make ``message`` the latest: sent at ``stamp``, with its versions when it was sent."""
         latest = self._latest
-        self._latest = (message, version, nest, stamp, 1 if latest is None else latest[4] + 1)
+        number = 1 if latest is None else latest[4] + 1
+        cpu = nest is None and isinstance(message, torch.Tensor) and message.is_cpu
+        self._latest = (message, version, nest, stamp, number, cpu)
         for watcher in self._watchers:
             watcher(message)
 
@@ -234,7 +237,7 @@ class _Port:
         latest = self._latest
         if latest is None:
             return None
-        message, version, nest, _, _ = latest
+        message, version, nest, _, _, _ = latest
         if (message._version != version) if nest is None else not nest.unchanged(message):
             self._raise_changed()
         return message

@@ -18,7 +18,7 @@ import torch
 
 from ._cuda import host_to_node
 from ._messages import KINDS, Nest, cpu_tensor_copy, flatten, map_tensors, rebuild
-from ._port import M, PortCore, PortNode, RunSlot, _Port
+from ._port import Latest, M, PortCore, PortNode, RunSlot, _Port
 from ._routing import Route
 from ._specs import Declared, clash
 
@@ -96,30 +96,37 @@ class Output(_Port, Generic[M]):
         if value.__class__ is not _Tensor and not isinstance(value, _Tensor):
             self._send_nest(value, copy, core)
             return
-        if copy is not True and copy is not False:
-            raise TypeError(f"copy must be a bool, got {type(copy).__name__}: {copy!r}")
         if self._checks:
             self._check(value)
         tensor: torch.Tensor = value  # type: ignore[assignment]  # a tensor, just checked
         if tensor.requires_grad:
             tensor = tensor.detach()
-        if tensor.is_cpu:
-            message = tensor.clone() if copy else tensor
+        cpu = tensor.is_cpu
+        if cpu:  # copy is checked to be a bool on the way: False, True, else the TypeError
+            if copy is False:
+                message, version = tensor, tensor._version
+            elif copy is True:
+                message, version = tensor.clone(), 0  # a new tensor: its version counter is 0
+            else:
+                raise _not_bool(copy)
+        elif copy is not True and copy is not False:
+            raise _not_bool(copy)
         else:
             message = self._snapshot_off_cpu(tensor, copy, core)
+            version, cpu = message._version, message.is_cpu
         slot: RunSlot = self._slot  # type: ignore[assignment]  # set for the run: send() runs in a hook
         staged = core.staged
         if staged is None:  # _publish, inlined: the hot path
             latest = self._latest
             number = 1 if latest is None else latest[4] + 1
-            self._latest = (message, message._version, None, slot.last, number)
+            self._latest = (message, version, None, slot.last, number, cpu)
             if self._watchers:
                 for watcher in self._watchers:
                     watcher(message)
             if self._wakes:
                 slot.sent(self)
         else:  # virtual timer: visible once the batch ends (visibility.virtual)
-            staged.append((self, message, message._version, None, slot.last))
+            staged.append((self, message, version, None, slot.last))
 
     def _snapshot_off_cpu(self, tensor: torch.Tensor, copy: bool, core: PortCore) -> torch.Tensor:
         """The message of a tensor that is not on the CPU (detached): see the CUDA rules."""
@@ -149,7 +156,7 @@ class Output(_Port, Generic[M]):
         except TypeError as exc:
             raise TypeError(f"port {self.name!r} sends {KINDS}; got {exc}") from None
         if copy is not True and copy is not False:
-            raise TypeError(f"copy must be a bool, got {type(copy).__name__}: {copy!r}")
+            raise _not_bool(copy)
         if self._checks:
             self._check(value)
         snapshot = []
@@ -288,27 +295,34 @@ class Input(_Port, Generic[M]):
         latest = port._latest
         if latest is None:
             return None
-        message, version, nest, _, _ = latest
-        if nest is not None:
-            return cast("M", self._read_nest(core, port, message, nest))
-        if message._version != version:
-            port._raise_changed()
-        if core.cpu and message.is_cpu:  # the common case, in short
+        message = latest[0]
+        if latest[5] and core.cpu:  # a bare tensor on the CPU read on the CPU: the common case
+            if message._version != latest[1]:
+                port._raise_changed()
             read = self._read
             if read is None:  # noted for the check after the hook, without a new tuple
                 self._read = latest
             elif read is not latest:
-                core.reads.append((self, message, version))
+                core.reads.append((self, message, latest[1]))
             shared: M = message  # typed by assignment: cast() would be a call on the hot path
             return shared
+        return cast("M", self._read_other(core, port, latest))
+
+    def _read_other(self, core: PortCore, port: _Port, latest: Latest) -> Any:
+        """read() of a nest, or of a tensor that is not on the CPU or is read on a device."""
+        message, version, nest, _, _, _ = latest
+        if nest is not None:
+            return self._read_nest(core, port, message, nest)
+        if message._version != version:
+            port._raise_changed()
         if message.device == core.device:
             if core.streams is not None and core.streams.stream is not None:
                 # The reader's kernels use the sender's memory: keep it from being reused
                 # before they are done.
                 message.record_stream(core.streams.stream)
             core.reads.append((self, message, version))
-            return cast("M", message)
-        return cast("M", _move(message, core))
+            return message
+        return _move(message, core)
 
     def _read_nest(self, core: PortCore, port: _Port, message: Any, nest: Nest) -> Any:
         """read() of a nest: checked, and its tensors moved to this node's device one by one."""
@@ -406,6 +420,10 @@ class Input(_Port, Generic[M]):
         version = message._version if nest is None else 0
         with _WRITE_LOCK:
             self._publish(message, version, nest, stamp)
+
+
+def _not_bool(copy: object) -> TypeError:
+    return TypeError(f"copy must be a bool, got {type(copy).__name__}: {copy!r}")
 
 
 def _move(tensor: torch.Tensor, core: PortCore) -> torch.Tensor:

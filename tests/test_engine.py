@@ -61,10 +61,10 @@ def fail_on(
     on any thread (``thread``: only on the thread of that ident): a worker's, worker 0 lent to
     a process's command thread and a host thread all begin an update in ``_update``'s runner,
     in place; a dedicated thread in ``_update.begin_update``. Planted in the node's
-    ``Slot.dt_sum``, which each of them reads once an update, after counting it (the
+    ``Slot.dt_min``, which each of them reads once an update, after counting it (the
     statistics, which no test here reads otherwise); the exception that is raised."""
     planted = RuntimeError("planted")
-    member = Slot.__dict__["dt_sum"]
+    member = Slot.__dict__["dt_min"]
 
     def get(slot: Slot) -> float:
         if (
@@ -76,7 +76,7 @@ def fail_on(
         value: float = member.__get__(slot, Slot)
         return value
 
-    monkeypatch.setattr(Slot, "dt_sum", property(get, member.__set__))
+    monkeypatch.setattr(Slot, "dt_min", property(get, member.__set__))
     return planted
 
 

@@ -84,7 +84,8 @@ def two_messages() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_a_published_message_is_one_reference_with_its_version() -> None:
-    """_latest holds the message, its version at the send, its stamp and number as one tuple."""
+    """_latest holds the message, its version at the send, its stamp and number, and whether it
+    is a bare CPU tensor, as one tuple."""
     fresh = Source().y
     assert fresh._latest is None and fresh._message() is None
     port = Source().y
@@ -92,12 +93,12 @@ def test_a_published_message_is_one_reference_with_its_version() -> None:
     message.mul_(2.0)
     port._publish(message, message._version, None, 0.5)
     latest = port._latest
-    assert isinstance(latest, tuple) and len(latest) == 5, latest
+    assert isinstance(latest, tuple) and len(latest) == 6, latest
     assert latest[0] is message and latest[1] == message._version == 1
-    assert latest[2] is None and latest[3] == 0.5 and latest[4] == 1
+    assert latest[2] is None and latest[3] == 0.5 and latest[4] == 1 and latest[5] is True
     assert port._message() is message and port._peek() is message
     port._publish(message, message._version, None, 0.75)
-    assert port._latest is not None and port._latest[3:] == (0.75, 2), "the stamp and number move with it"
+    assert port._latest is not None and port._latest[3:5] == (0.75, 2), "the stamp and number move with it"
     assert "_latest_version" not in _Port.__slots__, "the version is part of the one reference"
     assert "_stamp" not in _Port.__slots__, "the stamp is part of the one reference"
 

@@ -12,13 +12,14 @@ import contextvars
 import math
 import random
 import threading
+from array import array
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 import torch
 
-from mujou._engine import _update
+from mujou._engine import _clock, _update
 from mujou._engine._batches import Batch
 from mujou._engine._clock import RealClock
 from mujou._engine._hooks import Hooks
@@ -112,7 +113,7 @@ def began(slot: Slot) -> Any:
         slot.skipped,
         slot.last,
         slot.updates,
-        slot.dt_sum,
+        slot.last - slot.dt_from,
         slot.dt_min,
         slot.dt_max,
         slot.lateness_max,
@@ -137,7 +138,7 @@ def test_the_runner_begins_an_update_as_begin_update(seed: int) -> None:
     start = due + rng.choice([0.0, 0.0004, 0.0021, 0.013, 1.37]) if due < math.inf else rng.uniform(0.0, 4.0)
     for slot in pair:
         slot.slot, slot.due, slot.last, slot.updates = number, due, last, done
-        slot.lateness.extend(ring)
+        slot.lateness_ring[: len(ring)] = array("d", ring)
     dt = begin_update(pair[0], start, False)
     batch = Batch()
     batch.due, batch.todo = due, [0]
@@ -154,10 +155,10 @@ def test_each_update_of_a_batch_starts_when_the_hook_before_it_returned(
     (NOTE [ the clock between two updates ]): with hooks that take 2 ms each, the second and
     third nodes of a batch due at 0.01 start at 0.012 and 0.014 (their dt and lateness follow
     from it: sched.fixed-rate, observe.stats-values), whether the read that ends a hook's busy
-    time serves as the next start (``_ONE_CLOCK``) or the monotonic clock is read apart."""
+    time serves as the next start (``_ONE_CLOCK``) or the clock is read apart (``now()``)."""
     now = [100.0]  # the monotonic (and perf_counter) time, moved by the hooks alone
     monkeypatch.setattr(_update, "_perf_counter", lambda: now[0])
-    monkeypatch.setattr(_update, "_monotonic", lambda: now[0])
+    monkeypatch.setattr(_clock, "_monotonic", lambda: now[0])
     monkeypatch.setattr(_update, "_ONE_CLOCK", one_clock)
 
     def hook(dt: float) -> None:

@@ -90,7 +90,7 @@ def restore_schedule(slots: Sequence[Slot], clock: RealClock | VirtualClock, met
             slot.slot = first_slot_at_or_after(time_, slot.period)
         if clock.virtual and slot.slot * slot.period < time_:
             slot.slot = first_slot_at_or_after(time_, slot.period)
-        slot.last = float(saved["last"])
+        slot.last = slot.dt_from = float(saved["last"])
         trigger = saved.get("trigger")  # trigger.state; a node not triggered now drops it
         slot.pending = math.inf
         slot.arrived = False  # the messages of on_start are no arrival here (trigger.arrival)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import MujouInternalError
 from .._ports import Input
+from .._stats import LATENESS_WINDOW
 
 if TYPE_CHECKING:
     from .._node import Node, NodeCore
@@ -62,9 +63,9 @@ class Slot:
         "cuda",
         "dedicated",
         "delay",
+        "dt_from",
         "dt_max",
         "dt_min",
-        "dt_sum",
         "due",
         "flows_in",
         "hook",
@@ -74,6 +75,7 @@ class Slot:
         "last",
         "lateness",
         "lateness_max",
+        "lateness_ring",
         "min_interval",
         "name",
         "node",
@@ -123,8 +125,14 @@ class Slot:
         self.busy_seconds = 0.0
         self.dt_min = math.inf
         self.dt_max = 0.0
-        self.dt_sum = 0.0
-        self.lateness = array("d")  # the last LATENESS_WINDOW latenesses, a ring once full
+        # The ``last`` before the node's first update: the sum of its dts is ``last - dt_from``
+        # (each update adds its start minus the one before: one subtraction for the run).
+        self.dt_from = 0.0
+        # The latenesses of the last LATENESS_WINDOW updates: update k writes item k % the window
+        # through ``lateness_ring``, a memoryview (an array's own setitem parses its argument
+        # with PyArg_Parse: twice the instructions); the first ``updates`` hold a lateness.
+        self.lateness = array("d", bytes(8 * LATENESS_WINDOW))
+        self.lateness_ring: memoryview[float] = memoryview(self.lateness)
         self.lateness_max = 0.0
         self.hook = ""  # the hook running now, while core.hook_thread is set
         # Tracing: the running update's t, dt, lateness and the flows into it (observe.trace).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from .._stats import NodeStats, RunStats, percentile
+from .._stats import LATENESS_WINDOW, NodeStats, RunStats, percentile
 
 if TYPE_CHECKING:
     from ._lifecycle import Engine
@@ -20,14 +20,14 @@ def run_stats(engine: Engine) -> RunStats:
     """The run's counters now (frozen once the run has ended)."""
     nodes = {}
     for slot in engine.slots:
-        recent = sorted(slot.lateness.tolist())
         updates = slot.updates
+        recent = sorted(slot.lateness[: min(updates, LATENESS_WINDOW)].tolist())
         nodes[slot.name] = NodeStats(
             updates=updates,
             skipped=slot.skipped,
             busy=slot.busy_seconds,
             dt_min=slot.dt_min if updates else 0.0,
-            dt_mean=slot.dt_sum / updates if updates else 0.0,
+            dt_mean=(slot.last - slot.dt_from) / updates if updates else 0.0,
             dt_max=slot.dt_max,
             lateness_p50=percentile(recent, 0.50),
             lateness_p99=percentile(recent, 0.99),

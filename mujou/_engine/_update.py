@@ -253,7 +253,6 @@ _perf_counter = time.perf_counter
 _is_grad_enabled = torch.is_grad_enabled
 _is_inference_mode_enabled = torch.is_inference_mode_enabled
 _initial_seed = torch.default_generator.initial_seed
-_monotonic = time.monotonic
 _ceil = math.ceil
 # Whether perf_counter reads the clock the real-time timer follows (time.monotonic), as on
 # Linux and macOS: then the read that ends a hook's busy time starts the next update.
@@ -308,17 +307,13 @@ def begin_update(slot: Slot, start: float, traced: bool) -> float:
     slot.last = start
     done = slot.updates
     slot.updates = done + 1
-    slot.dt_sum += dt
     if dt < slot.dt_min:
         slot.dt_min = dt
     if dt > slot.dt_max:
         slot.dt_max = dt
     if lateness > slot.lateness_max:
         slot.lateness_max = lateness
-    if done < LATENESS_WINDOW:
-        slot.lateness.append(lateness)
-    else:
-        slot.lateness[done % LATENESS_WINDOW] = lateness
+    slot.lateness_ring[done % LATENESS_WINDOW] = lateness
     if traced:
         _note_now(slot, start, dt, lateness)
     for port in slot.inputs:  # Input.fresh: the number of the latest message at this start
@@ -354,7 +349,9 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
     host = w == engine.workers
     in_hook = policy.gil.in_hook if policy.gil is not None and not host else None
     traced, now_of, virtual = hooks.trace is not None, clock.now, clock.virtual
-    real = clock if isinstance(clock, RealClock) else None  # read in place (RealClock.now)
+    # Read in place (RealClock.now) where the read that ends a hook's busy time is the next
+    # start (_ONE_CLOCK); elsewhere through now_of(), as any other clock.
+    real = clock if isinstance(clock, RealClock) and _ONE_CLOCK else None
     one_worker = engine.workers == 1
     inf = float("inf")
 
@@ -375,6 +372,7 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
         grad, inference = _is_grad_enabled(), _is_inference_mode_enabled()
         if _initial_seed() != hooks.seen_seed:  # reseeded since the last hook: not by this batch
             hooks.observe_seed(None)
+        seed = hooks.seen_seed  # as the hooks saw it last: another worker's may move it on
         # The real-time clock's fields: fixed once the timer started, as it has for any update.
         # Under the virtual timer ``start`` stays: a batch runs in one instant, and the clock
         # moves only between instants.
@@ -412,17 +410,13 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
             slot.last = start
             done = slot.updates
             slot.updates = done + 1
-            slot.dt_sum += dt
             if dt < slot.dt_min:
                 slot.dt_min = dt
             if dt > slot.dt_max:
                 slot.dt_max = dt
             if lateness > slot.lateness_max:
                 slot.lateness_max = lateness
-            if done < LATENESS_WINDOW:
-                slot.lateness.append(lateness)
-            else:
-                slot.lateness[done % LATENESS_WINDOW] = lateness
+            slot.lateness_ring[done % LATENESS_WINDOW] = lateness
             if traced:
                 _note_now(slot, start, dt, lateness)
             inputs = slot.inputs
@@ -442,7 +436,6 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 # node (NOTE [ the cost of an update ]).
                 slot.hook = "on_update"
                 core.hook_thread = ident
-                reads = core.reads
                 began = _perf_counter()
                 try:
                     core.context.run(slot.update_hook, dt)
@@ -454,8 +447,9 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                             port._read = None
                             if read[0]._version != read[1]:
                                 changed_read(slot, "on_update", port)
-                    if reads:
+                    if core.reads:  # a second message of an input, or one not on the CPU
                         check_reads(slot, "on_update")
+                        core.reads.clear()
                 except BaseException as exc:
                     failed = exc
                     forget_reads(slot)
@@ -464,8 +458,6 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 slot.busy_seconds += busy
                 spent += busy
                 core.hook_thread = 0
-                if reads:
-                    reads.clear()
             else:
                 before = slot.busy_seconds
                 failed = call(slot, "on_update", slot.update_hook, dt)[1]
@@ -474,10 +466,10 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
             if (
                 _is_grad_enabled() is not grad
                 or _is_inference_mode_enabled() is not inference
-                or _initial_seed() != hooks.seen_seed
+                or _initial_seed() != seed
             ):
                 hooks.check_settings(slot, "on_update", grad, inference)
-                grad, inference = _is_grad_enabled(), _is_inference_mode_enabled()
+                grad, inference, seed = _is_grad_enabled(), _is_inference_mode_enabled(), hooks.seen_seed
             ran.append(slot)
             if failed is not None:
                 if host and isinstance(failed, KeyboardInterrupt):
@@ -493,8 +485,8 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
                 break
             # The next update's start (NOTE [ the clock between two updates ]).
             if started is not None:
-                start = origin + ((ended if _ONE_CLOCK else _monotonic()) - started) * scale
-            elif not virtual:  # a clock other than the two timers' (a test's)
+                start = origin + (ended - started) * scale
+            elif not virtual:  # another clock (a test's), or perf_counter is not the timer's clock
                 start = now_of()
             # With one worker no other worker could take a node that is due again; it waits
             # only if it is due before the next of the batch (threads.earliest-due-first).

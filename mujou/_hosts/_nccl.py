@@ -207,7 +207,7 @@ def kept(port: Any, name: str) -> Crossing:
 
     latest = port._latest
     assert latest is not None
-    message, _, nest, stamp, number = latest
+    message, _, nest, stamp, number, _ = latest
     device = port.node.device
     if nest is None:
         return name, [message if message.device == device else message.cpu()], None, stamp, number

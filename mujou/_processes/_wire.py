@@ -68,7 +68,7 @@ def split(port: Output[Any], name: str) -> Crossing:
     CPU) and the rest."""
     latest = port._latest
     assert latest is not None
-    message, _, nest, stamp, number = latest
+    message, _, nest, stamp, number, _ = latest
     if nest is None:  # a bare tensor, the hot path: no call where it is on the CPU already
         return name, [message if message.is_cpu else message.cpu()], None, stamp, number
     positions = tuple(i for i, leaf in enumerate(nest.leaves) if isinstance(leaf, torch.Tensor))
@@ -141,7 +141,8 @@ class Standins:
         step = 1 if before is None or number <= before else number - before
         latest = port._latest
         version = 0 if fresh or nest is not None else message._version
-        port._latest = (message, version, nest, stamp, step if latest is None else latest[4] + step)
+        number = step if latest is None else latest[4] + step
+        port._latest = (message, version, nest, stamp, number, nest is None and message.is_cpu)
         if fresh:
             self._replaced = latest
         for watcher in port._watchers:
