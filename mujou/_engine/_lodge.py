@@ -18,30 +18,34 @@ third of the path from a send to the update it triggers. It is safe by design, n
 - ``busy``, which other threads change under the lock, is not touched: the batch counts
   what it lodged (``Batch.lodged``) and its put-back takes off only what ``busy`` counted.
 - Earliest due first (threads.earliest-due-first): ``N`` goes last in the batch, and only
-  when nothing in the queue is due at or before the send; a node the host makes due
-  meanwhile waits for the batch, as one made due after the send would.
+  when nothing in the queue is due at or before the send, read without the lock from the
+  queue's heap of due times, which is a heap at every moment (``DueQueue.remove`` replaces
+  it in one step); a node the host makes due meanwhile waits for the batch, as one made due
+  after the send would.
 - The stop (``begin_stop``) and a pause end the batch after the sender's hook, as the runner
   checks after every hook, and the put-back frees ``N`` or queues it at its due time, as
   for a node handed off under the lock (NOTE [ handing off ] in ``_policy``). A lodge that
   read ``lodging`` just before the stop began puts ``N`` in the batch all the same; its
   put-back queues ``N``'s stop job.
 
-Counted with ``bench/trigger_callgrind.py`` (its docstring says how: callgrind on just
-after the sender's time stamp, off at the triggered hook's first line, the median of 15-25
-sends after the first 10; 2-core AMD EPYC, CPython 3.11, torch 2.13): the plain pool 16.5k
-instructions (``--pool``), Mujou 25.0k at 3fa933c (1.52x), 19.7k with this (1.19x; the
-target 1.2x is 19.8k). Measured before it was built: the lock taken out of ``Engine.sent``
-alone (the claim a policy method, nothing else changed) 22.2k; the claim inlined in
-``Engine.sent`` 21.0k; the call from ``Output.send`` through the slot's ``partial`` into
-``Engine.sent`` cost 1.1-1.4k by itself (``--send``: 8.4-8.7k with ``Engine.sent`` returning
-at once, 7.3k without the call; a ``lambda`` closure in the ``partial``'s place: 25.2k in
-all, worse). So the claim is a closure the send calls directly, what it reads bound once,
-the clock's fields too (fixed once the timer started). In time, ``python -m bench._one mujou
-trigger_latency '{"seconds": 2, "workers": 1}'`` and the same for ``heap_pool``, 3fa933c and
-this alternated four rounds (load 5.5-7, the other helpers' work running): p50 11.0, 10.5,
-9.9 and 10.5 us before, 7.3, 7.3, 7.2 and 7.8 us after, the pool 6.3, 6.1, 6.5 and 6.5 us
-(1.62x before, 1.16x after, medians); ``mujou chain`` 48.4 and 54.5 us before, 46.6 and 44.9
-after (5,000 of 5,001 sends lodged).
+Counted with ``bench/trigger_callgrind.py`` (its docstring says how: callgrind on just after
+the sender's time stamp, off at the triggered hook's first line, the median of the sends after
+the first 10; a 1 s sender; 2-core AMD EPYC, CPython 3.11, torch 2.13): the plain pool 16.5k
+instructions (``--pool``), Mujou 25.0k at 3fa933c (1.52x), 19.7k with this (1.19x; the target
+1.2x is 19.8k); 19.1k (1.16x) once ``DueQueue.push_all`` makes a bucket of exactly its size
+(``list(indices)`` made room for four, so the batch's list shrank as the worker popped the
+sender and grew again as the send lodged: two reallocs). Measured before it was built: the
+lock taken out of ``Engine.sent`` alone (the claim a policy method, nothing else changed)
+22.2k; the claim inlined in ``Engine.sent`` 21.0k; the call from ``Output.send`` through the
+slot's ``partial`` into ``Engine.sent`` cost 1.1-1.4k by itself (``--send``: 8.4-8.7k with
+``Engine.sent`` returning at once, 7.3k without the call; a ``lambda`` closure in the
+``partial``'s place: 25.2k in all, worse). So the claim is a closure the send calls directly,
+what it reads bound once, the clock's fields too (fixed once the timer started). In time,
+``python -m bench._one mujou trigger_latency '{"seconds": 2, "workers": 1}'`` and the same for
+``heap_pool``, 3fa933c and this alternated four rounds (load 5.5-7, the other helpers' work
+running): p50 11.0, 10.5, 9.9 and 10.5 us before, 7.3, 7.3, 7.2 and 7.8 us after, the pool
+6.3, 6.1, 6.5 and 6.5 us (1.62x before, 1.16x after, medians); ``mujou chain`` 48.4 and 54.5
+us before, 46.6 and 44.9 after (5,000 of 5,001 sends lodged).
 """
 
 from __future__ import annotations
