@@ -115,14 +115,15 @@ def test_every_woken_update_has_one_flow_from_the_update_that_sent_under_the_vir
 
 
 @pytest.mark.rule("observe.trace-flows")
+@pytest.mark.parametrize("workers", [1, 2])
 def test_a_flow_starts_at_the_send_inside_the_sending_update_under_the_real_time_timer(
-    tmp_path: Path,
+    tmp_path: Path, workers: int
 ) -> None:
     """> [...] under the real-time timer at the moment of the send [...]; the woken update
-    starts after it."""
+    starts after it. (One worker or more: each update a send woke has its flow.)"""
     path = tmp_path / "t.json"
     net = Chain()
-    with hang_guard(HANG_GUARD), mujou.run(net, workers=2, trace=path) as run:
+    with hang_guard(HANG_GUARD), mujou.run(net, workers=workers, trace=path) as run:
         run.wait_for(net.sink.y, timeout=HANG_GUARD)  # the chain's first message through
         run.sleep(0.05)
     _, pairs = flows(path)

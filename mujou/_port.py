@@ -152,7 +152,7 @@ class RunSlot(Protocol):
 class _Port:
     """What inputs and outputs share: a name, a node, a declaration, the latest message, watchers."""
 
-    __slots__ = ("_attr", "_core", "_declared", "_hand", "_latest", "_node", "_wakes", "_watchers")
+    __slots__ = ("_attr", "_core", "_declared", "_hand", "_latest", "_lodge", "_node", "_wakes", "_watchers")
 
     def __init__(self, dtype: object = None, shape: object = None, spec: object = None) -> None:
         self._attr = ""
@@ -169,6 +169,9 @@ class _Port:
         # The one node in _wakes that a send may hand to the sender's worker, -1 for none (set
         # with _wakes; NOTE [ the send that hands off ] in the engine's _policy).
         self._hand = -1
+        # An output's claim of ``_hand`` without the engine's lock, called with the message's
+        # number after a send (None: none; NOTE [ the send that lodges ] in the engine's _lodge).
+        self._lodge: Callable[[int], bool] | None = None
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._attr = name

@@ -124,7 +124,9 @@ class Output(_Port, Generic[M]):
                 for watcher in self._watchers:
                     watcher(message)
             if self._wakes:
-                slot.sent(self)
+                lodge = self._lodge  # the claim without the lock (NOTE [ the send that lodges ])
+                if lodge is None or not lodge(number):
+                    slot.sent(self)
         else:  # virtual timer: visible once the batch ends (visibility.virtual)
             staged.append((self, message, version, None, slot.last))
 

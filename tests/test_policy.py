@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import mujou
+from mujou._engine import _lodge
 from mujou._engine._arrivals import arrived, sent_arrived, wire
 from mujou._engine._batches import EXIT, HOST, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._gil import HOLD_BACK, PROBE
@@ -86,9 +87,13 @@ def send(policy: Policy, by: Slot, now: float, message: float, short: bool = Fal
     arrival as ``Engine.sent`` makes it (``Policy.sent_handed``, else ``sent_arrived``)."""
     port = by.core.ports["y"]
     port._publish(torch.tensor(message), 0, None, by.last)
+    if port._wakes:
+        send_arrived_as_engine(policy, port, now, by, short)
+
+
+def send_arrived_as_engine(policy: Policy, port: Any, now: float, by: Slot, short: bool) -> None:
+    """The arrival of ``send``'s message, published on ``port``, under the lock."""
     hand, latest = port._hand, port._latest
-    if not port._wakes:
-        return
     if not short:
         arrived(policy, port, now, by)
     elif hand < 0 or latest is None or not policy.sent_handed(hand, latest[4], now, by):
@@ -129,6 +134,9 @@ class Thread:
     batch: Batch | None = None
     current: int = -1  # the index it popped from its batch and runs now
     job: tuple[Slot, Job] | None = None
+    # A send's claim without the lock, begun (NOTE [ the send that lodges ]): the sender, its
+    # output, the message's number, and what the claim read of the node it wakes.
+    lodging: tuple[Slot, Output[Any], int, tuple[int, float, bool]] | None = None
     start: float = 0.0  # the time its batch or update started at
     jobs: list[tuple[Slot, Job]] = field(default_factory=list)  # the state thread's
 
@@ -137,9 +145,19 @@ class World:
     """The policy, its threads and a fake clock, stepped by a seeded random scheduler."""
 
     def __init__(
-        self, seed: int, *, virtual: bool, workers: int, gil: bool, send_rate: float | None = None
+        self,
+        seed: int,
+        *,
+        virtual: bool,
+        workers: int,
+        gil: bool,
+        send_rate: float | None = None,
+        plain: bool = False,
     ) -> None:
+        """``plain``: the triggered nodes have no delay nor min_interval and most run on the
+        workers, as the sends that lodge need (NOTE [ the send that lodges ])."""
         self.rng = random.Random(seed)
+        self.plain = plain
         self.virtual = virtual
         # Triggers: an update sends on its output now and then, once or twice, which wakes the
         # nodes whose input it feeds (at once, or after a delay or min_interval), through the
@@ -173,6 +191,9 @@ class World:
         self.lends = self.rng.random() < 0.5
         self.lent = -1
         self.lent_updates = 0
+        self.lodged = 0  # nodes a send lodged without the lock
+        self.lodged_late = 0  # of those, by a claim that read lodging before the stop began
+        self.stop_soon = False  # the host stops the run at its next event (while a claim is begun)
 
     # -- the engine's side ---------------------------------------------------------------
 
@@ -244,13 +265,15 @@ class World:
         rng, slots = self.rng, []
         for index in range(count):
             periods = [0.01, 0.02, 0.03, 0.05] + ([math.inf] if index and self.send_rate else [])
+            if self.plain and index:
+                periods = [0.01, math.inf, math.inf]
             slots.append(
                 triggered_slot(
                     index,
                     rng.choice(periods),
-                    delay=rng.choice([0.0, 0.0, 0.005]),
-                    min_interval=rng.choice([0.0, 0.0, 0.01]),
-                    dedicated=rng.random() < 0.3,
+                    delay=0.0 if self.plain else rng.choice([0.0, 0.0, 0.005]),
+                    min_interval=0.0 if self.plain else rng.choice([0.0, 0.0, 0.01]),
+                    dedicated=rng.random() < (0.1 if self.plain else 0.3),
                 )
             )
         for reader in slots:
@@ -325,6 +348,7 @@ class World:
 
     def _crash(self, thread: Thread) -> None:
         """An internal error on ``thread``: it goes on after the first, exits after the second."""
+        thread.lodging = None  # a send's claim, begun: its arrival is lost with the thread's state
         exits = thread.name in self.crashed
         self.crashed.add(thread.name)
         if self.policy.thread_crashed(self._holder(thread), RuntimeError("internal"), exits=exits):
@@ -372,9 +396,13 @@ class World:
             thread.state = "ready"
 
     def _batch_step(self, thread: Thread) -> None:
-        """One step of running a batch: pop the next update, or run the popped one."""
-        batch, policy = thread.batch, self.policy
+        """One step of running a batch: pop the next update, or run the popped one, or end
+        the claim a send of it began without the lock."""
+        batch = thread.batch
         assert batch is not None
+        if thread.lodging is not None:
+            self._end_update(thread, batch, self._finish_lodge(thread))
+            return
         if thread.current < 0:
             try:
                 thread.current = batch.todo.pop()
@@ -388,13 +416,57 @@ class World:
             self.real += 0.0007
         batch.ran.append(slot)
         thread.current = -1
+        if self._begin_lodge(thread, slot):
+            return  # the claim ends at this thread's next step: other threads act between
         self.send(slot)
+        self._end_update(thread, batch, slot)
+
+    def _end_update(self, thread: Thread, batch: Batch, slot: Slot) -> None:
+        policy = self.policy
         if self.rng.random() < self.fail_rate:
             slot.hook = "on_update"
             policy.fail(slot, RuntimeError(f"{slot.name} failed"))
             policy.update_failed(batch)
         if not batch.todo or policy.jobs or policy.paused or policy.stopping or self.rng.random() < 0.1:
             thread.state, thread.batch = "ready", None
+
+    def _begin_lodge(self, thread: Thread, slot: Slot) -> bool:
+        """One worker, the real-time timer: the update of ``slot`` sends on an output whose
+        send may lodge the node it wakes (NOTE [ the send that lodges ]); the claim reads now
+        and writes at the thread's next step, so that the other threads act in between, as
+        they may without the lock. Whether it began one."""
+        port = slot.core.ports["y"]
+        assert isinstance(port, Output)
+        if port._lodge is None or self.rng.random() >= self.send_rate:
+            return False
+        self.sent += 1.0
+        port._publish(torch.tensor(self.sent), 0, None, slot.last)
+        assert port._latest is not None
+        node = self.slots[port._hand]
+        read = (self.policy.holder[node.index], node.due, self.policy.lodging)
+        thread.lodging = (slot, port, port._latest[4], read)
+        self.stop_soon = self.rng.random() < 0.03
+        return True
+
+    def _finish_lodge(self, thread: Thread) -> Slot:
+        """The claim begun by ``_begin_lodge`` writes: as it read, though the stop may have
+        begun meanwhile (``lodging`` read before it); else the engine's locked way."""
+        assert thread.lodging is not None
+        slot, port, number, (holder, due, lodging) = thread.lodging
+        thread.lodging = None
+        policy, node = self.policy, self.slots[port._hand]
+        assert policy.holder[slot.index] == thread.worker + 1  # the sender is still its own
+        if holder == 0 and due == math.inf:  # no thread changes a free node not due meanwhile
+            assert (policy.holder[node.index], node.due) == (holder, due), self.steps
+        was, policy.lodging = policy.lodging, lodging
+        assert port._lodge is not None
+        lodged = port._lodge(number)
+        policy.lodging = policy.lodging and was  # as the stop left it, if it began meanwhile
+        self.lodged += lodged
+        self.lodged_late += lodged and policy.stopping
+        if not lodged and port._wakes:
+            send_arrived_as_engine(policy, port, self.now, slot, self.rng.random() < 0.5)
+        return slot
 
     def _dedicated_step(self, thread: Thread) -> None:
         slot, policy = thread.slot, self.policy
@@ -531,6 +603,10 @@ class World:
     def host_event(self) -> None:
         """Something the host does now and then: take the state, or stop."""
         policy = self.policy
+        if self.stop_soon:
+            self.stop_soon = False
+            policy.begin_stop()
+            return
         roll = self.rng.random()
         if self.lends and self.rng.random() < 0.2:
             self.lend()
@@ -545,11 +621,20 @@ class World:
             policy.release_pause()
 
     def run(self) -> None:
+        monotonic, _lodge._monotonic = _lodge._monotonic, lambda: self.now  # the fake clock
+        try:
+            self._run()
+        finally:
+            _lodge._monotonic = monotonic  # back
+
+    def _run(self) -> None:
         policy = self.policy
         policy.queue_jobs([(slot, Job(START)) for slot in self.slots])
         self.deliver()
         self._drive(lambda: policy.pending == 0 or policy.stopping)
         if not policy.stopping:
+            # The sends that may lodge (one worker, real-time): the fake clock is the timer's.
+            _lodge.plan(policy, cast(Any, SimpleNamespace(_origin=0.0, _start=0.0, scale=1.0)), self.slots)
             policy.start_timer()
             self.deliver()
             self._drive(lambda: self.steps >= STEPS or policy.stopping, events=True)
@@ -608,6 +693,23 @@ def test_random_hand_offs(seed: int) -> None:
     next (NOTE [ handing off ]), another worker may take them from its shared batch, and the
     batch puts them back when it ends first."""
     World(seed, virtual=False, workers=1 + seed % 3, gil=seed % 2 == 1, send_rate=0.5).run()
+
+
+@pytest.mark.parametrize("first", range(0, 200, 20))
+def test_random_lodges(first: int) -> None:
+    """One worker, the real-time timer, many sends: a send lodges the node it wakes in the
+    worker's batch without the lock (NOTE [ the send that lodges ]), its claim's reads and
+    writes apart, other threads' steps between them (the host lends its thread, writes,
+    pauses, takes the state, stops, a thread crashes); some claims read ``lodging`` before
+    the stop began."""
+    lodged, late = 0, 0
+    for seed in range(first, first + 20):
+        world = World(seed, virtual=False, workers=1, gil=False, send_rate=0.5, plain=True)
+        world.lends = seed % 2 == 0
+        world.run()
+        lodged += world.lodged
+        late += world.lodged_late
+    assert lodged > 0 and late > 0, (lodged, late)
 
 
 @pytest.mark.parametrize("first", range(0, 100, 10))
@@ -899,6 +1001,66 @@ def test_a_trigger_is_queued_when_the_sender_cannot_take_it(short: bool, case: s
     assert batch.todo == [] and policy.holder[1] == 0
     assert slots[1].due in policy.queue.dues
     assert check(policy, [(1, 0)]) == []
+
+
+def lodging_policy(monkeypatch: pytest.MonkeyPatch) -> tuple[Policy, list[Slot], Batch, Output[Any]]:
+    """``hand_off_policy`` with one worker, the sends that lodge planned (the fake clock's
+    time is 0.0102): node 0's update runs, and its output may lodge node 1."""
+    monkeypatch.setattr(_lodge, "_monotonic", lambda: 0.0102)
+    policy, slots, batch = hand_off_policy(1)
+    _lodge.plan(policy, cast(Any, SimpleNamespace(_origin=0.0, _start=0.0, scale=1.0)), slots)
+    port = slots[0].core.ports["y"]
+    assert isinstance(port, Output) and port._lodge is not None and slots[1].lodger == 0
+    port._publish(torch.tensor(1.0), 0, None, slots[0].last)
+    return policy, slots, batch, port
+
+
+def test_a_send_lodges_the_node_it_wakes_in_its_worker_s_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOTE [ the send that lodges ]: with one worker, node 0's send puts node 1 last in the
+    batch without the lock, due at the send, not counted in ``busy``; the batch put back
+    before node 1 began (a pause) queues it at that due time and leaves ``busy`` right."""
+    policy, slots, batch, port = lodging_policy(monkeypatch)
+    assert port._lodge is not None and port._lodge(1)
+    assert batch.todo == [1] and batch.lodged == 1 and policy.holder[1] == 1 and policy.busy == 1
+    assert slots[1].due == 0.0102 and not policy.wake and check(policy, [(1, 0)]) == []
+    assert not port._lodge(1)  # held now: the locked way marks the arrival
+    batch.ran.append(slots[0])
+    policy.pause()
+    assert policy.next_for_worker(0, 0.0103, 0.0)[0] == PARK
+    assert policy.queue.dues[0] == 0.0102 and policy.busy == 0 and batch.lodged == 0
+    assert check(policy) == []
+
+
+def test_no_lodge_past_an_update_due_at_or_before_the_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Earliest due first: node 2, late, is due before the send, so node 1 is not lodged."""
+    policy, slots, _, port = lodging_policy(monkeypatch)
+    policy.queue.remove(0.05, 2)
+    slots[2].due = 0.0101
+    policy.queue.push(0.0101, 2)
+    assert port._lodge is not None and not port._lodge(1)
+    assert policy.holder[1] == 0 and slots[1].due == math.inf
+
+
+@pytest.mark.parametrize("end", ["put back", "crash"])
+def test_the_stop_leaves_a_lodged_node_s_stop_job_to_its_sender_s_release(
+    monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
+    """The stop begins while node 0's update runs: node 1, free, may be lodged meanwhile, so
+    its stop job is queued once node 0 is released: when the batch goes back, or when the
+    worker crashes in Mujou's code with node 0's update running (that node gets no hook)."""
+    policy, slots, batch, _ = lodging_policy(monkeypatch)
+    policy.begin_stop()
+    assert not policy.lodging and policy.holder[1] == 0 and not slots[1].stop_queued
+    assert [slot.index for slot, _ in policy.jobs] == [2]
+    if end == "put back":
+        batch.ran.append(slots[0])
+        kind, job = policy.next_for_worker(0, 0.0103, 0.0)
+        assert kind == JOB and job[0] is slots[2]
+        assert [slot.index for slot, _ in policy.jobs] == [0, 1]
+    else:
+        policy.thread_crashed(1, RuntimeError("internal"), exits=False)
+        assert slots[0].stopped and [slot.index for slot, _ in policy.jobs] == [2, 1]
+    assert check(policy) == []
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -49,6 +49,7 @@ def wire(slots: Sequence[Slot]) -> None:
         for port in slot.core.ports.values():
             port._wakes = ()
             port._hand = -1
+            port._lodge = None  # _lodge.plan sets it where the policy lodges
     for slot in slots:
         for port in slot.trigger_inputs:
             source = port if port._source is None else port._source

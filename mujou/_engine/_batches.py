@@ -46,18 +46,21 @@ class Batch:
     the lock (a worker held up in a hook leaves the rest to the others); ``list.pop`` is atomic
     on every build, so each update runs once. ``ran`` holds the slots this worker ran. A
     ``held`` batch is taken but not started: kept, or taken early for a burst. The first
-    ``handed`` of ``todo`` (at most) were handed off to it (Policy._hand_off): each is due at
-    its own time, the others at ``due``, unless ``mixed``: then each at its own due time,
-    ``due`` the earliest (NOTE [ taking what is due ]).
+    ``handed + lodged`` of ``todo`` (at most) were handed off to it, ``handed`` under the lock
+    (Policy._hand_off), ``lodged`` by a send without it and not counted in ``busy`` (NOTE
+    [ the send that lodges ] in ``_lodge``): each is due at its own time, the others at
+    ``due``, unless ``mixed``: then each at its own due time, ``due`` the earliest (NOTE
+    [ taking what is due ]).
     """
 
-    __slots__ = ("due", "failed", "handed", "held", "mixed", "ran", "shared", "todo")
+    __slots__ = ("due", "failed", "handed", "held", "lodged", "mixed", "ran", "shared", "todo")
 
     def __init__(self) -> None:
         self.due = math.inf
         self.mixed = False
         self.todo: list[int] = []
         self.handed = 0
+        self.lodged = 0
         self.ran: list[Slot] = []
         self.held = False
         self.shared = False
@@ -623,7 +626,9 @@ class Workers:
         batch.held = False
         batch.failed = False
         ran, todo, holder = batch.ran, batch.todo, self.holder
-        self.busy -= len(ran) + len(todo)
+        lodged = batch.lodged  # handed off without the lock: not counted in busy
+        batch.lodged = 0
+        self.busy -= len(ran) + len(todo) - lodged
         if self.stopping:
             slots = self.slots
             for slot in ran + [slots[index] for index in todo]:
@@ -654,7 +659,7 @@ class Workers:
             if todo:  # not begun: still due at batch.due, the first in registration order last
                 for index in todo:
                     holder[index] = FREE
-                handed = min(batch.handed, len(todo))  # first in todo: the others pop from the end
+                handed = min(batch.handed + lodged, len(todo))  # first in todo: the others pop from the end
                 if handed:
                     for index in todo[:handed]:
                         come_back(slots[index])
@@ -702,6 +707,7 @@ class Workers:
             or (dues and dues[0] <= due)  # first, as it is what ends a saturated worker's batches
             or batch.failed
             or batch.todo
+            or batch.lodged  # a node lodged without the lock goes back, as busy did not count it
             or not self.running
             or self.jobs  # a job, a pause or the stop needs the worker
             or self.paused

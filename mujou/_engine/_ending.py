@@ -54,6 +54,8 @@ class Ending(Workers):
                 self.shared.remove(batch)
                 batch.shared = False
             batch.todo, batch.ran, batch.held, batch.handed = [], [], False, 0
+            self.busy += batch.lodged  # not counted: each node it held takes one off below
+            batch.lodged = 0
             if exits:
                 self.workers_alive -= 1
         freed: list[Slot] = []
@@ -90,6 +92,9 @@ class Ending(Workers):
         self.begin_stop()
         for slot in freed:
             self._queue_stop(slot)
+        for slot in self.slots:  # a stop that waited for a sender this thread held
+            if slot.lodger >= 0:
+                self._queue_stop(slot)
         self._wake_everyone()
         return self.thread_exited() if exits else False
 

@@ -32,7 +32,7 @@ def check(policy: Policy, current: Iterable[tuple[int, int]] = ()) -> list[str]:
             places[index].append(f"batch{w}")
         for slot in batch.ran:
             places[slot.index].append(f"ran{w}")
-        updates += len(batch.todo) + len(batch.ran)
+        updates += len(batch.todo) + len(batch.ran) - batch.lodged  # lodged: not in busy
     for holder, index in current:
         places[index].append(f"running{holder}")
         updates += 1

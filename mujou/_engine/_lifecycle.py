@@ -50,6 +50,7 @@ from ._exit import live
 from ._hooks import Hooks
 from ._instants import Instants
 from ._lend import Lender
+from ._lodge import plan as plan_lodges
 from ._policy import Policy
 from ._restore import check_schedule, restore_schedule
 from ._slot import RESTORE, START, Job, Slot
@@ -244,6 +245,8 @@ class Engine(Instants):
         with self.lock:
             self.clock.start(origin)
             self.real_start = time.perf_counter()
+            if not self.tracing:  # a lodge notes no flow (observe.trace-flows): Engine.sent does
+                plan_lodges(self.policy, self._real_clock, self.slots)  # where the policy lodges
             self.policy.start_timer()
             self.deliver()
 

@@ -53,6 +53,8 @@ class Policy(Ending):
         "jobs",
         "keeps",
         "lead",
+        "lodges",
+        "lodging",
         "paused",
         "pending",
         "queue",
@@ -117,6 +119,11 @@ class Policy(Ending):
         # the time (``_lend.Lender.lend_instants``): an instant wakes no worker when one would
         # be all (NOTE [ the host lends its thread ] in _batches).
         self.host_lends = False
+        # One worker under the real-time timer: a send may lodge the node it wakes in the
+        # worker's batch without the lock while ``lodging`` (the timer runs, not stopping;
+        # NOTE [ the send that lodges ] in _lodge).
+        self.lodges = workers == 1 and not virtual
+        self.lodging = False
 
     # -- holders ---------------------------------------------------------------------------
 
@@ -144,6 +151,7 @@ class Policy(Ending):
     def start_timer(self) -> None:
         """The timer starts: each node is due at its slot (the origin's, or restored)."""
         self.running = True
+        self.lodging = self.lodges
         for slot in self.slots:
             slot.due = slot.slot * slot.period
             come_back(slot)
@@ -258,6 +266,7 @@ class Policy(Ending):
         if self.stopping:
             return
         self.stopping = True
+        self.lodging = False
         while self.queue.dues:  # a worker node goes back to the queue only while not stopping
             self.queue.pop_all()
         # Start and restore jobs not begun are dropped: those nodes never started.
@@ -284,8 +293,20 @@ class Policy(Ending):
             self._wake_host()
 
     def _queue_stop(self, slot: Slot) -> None:
+        """Queue ``slot``'s stop job if it needs one, and those of the nodes whose stop
+        waited for its release (``Slot.lodges``): a node a send may lodge without the lock
+        gets its stop job only once no worker holds its sender, which lodges it only in the
+        update it runs (NOTE [ the send that lodges ] in _lodge)."""
+        self._queue_own_stop(slot)
+        for index in slot.lodges:
+            self._queue_own_stop(self.slots[index])
+
+    def _queue_own_stop(self, slot: Slot) -> None:
         if self.holder[slot.index] != FREE or not slot.started or slot.stop_queued or slot.stopped:
             return
+        lodger = slot.lodger
+        if lodger >= 0 and 0 < self.holder[lodger] <= self.workers:
+            return  # its sender's worker may lodge it meanwhile: the sender's release queues it
         slot.stop_queued = True
         if not slot.dedicated:
             if self.workers_alive == 0:  # nobody left to run it (an internal error)
@@ -581,7 +602,10 @@ class Policy(Ending):
         also not safe as the policy stands: ``busy`` is a read-modify-write that the host's
         ``take_for_host`` makes under the lock meanwhile, and ``begin_stop``, on any thread,
         queues the stop job of a node it sees free (``_queue_stop``), which a claim between
-        its reads and its writes would hold as well.
+        its reads and its writes would hold as well. Since then, with one worker, the send
+        lodges the node without the lock, safe by design: ``busy`` is not touched and the
+        stop leaves such a node's stop job to its sender's release (NOTE [ the send that
+        lodges ] in ``_lodge``); this call is the way when that claim does not hold.
         """
         slot = self.slots[index]
         holder = self.holder

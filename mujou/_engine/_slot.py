@@ -76,6 +76,8 @@ class Slot:
         "lateness",
         "lateness_max",
         "lateness_ring",
+        "lodger",
+        "lodges",
         "min_interval",
         "name",
         "node",
@@ -159,6 +161,11 @@ class Slot:
         # updates have not read (_arrivals.arrive; stale once the number is seen).
         self.arrival_times = [0.0] * len(self.trigger_inputs)
         self.arrival_numbers = [0] * len(self.trigger_inputs)
+        # A send may lodge the node without the lock (NOTE [ the send that lodges ] in
+        # _lodge): its sender's index (-1: none), whose release queues its stop job; and the
+        # nodes this node's sends may lodge. Set for each run (``_lodge.plan``).
+        self.lodger = -1
+        self.lodges: tuple[int, ...] = ()
         self.min_interval = core.min_interval
         self.delay = core.delay
         # Woken through one input by ``on`` on a worker: a send to it takes the short path
