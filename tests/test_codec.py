@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import threading
+from typing import Any, SupportsIndex
 
 import pytest
 import torch
@@ -145,3 +146,31 @@ class _Call:
 
     def __reduce__(self) -> tuple[object, tuple[str, tuple[int, ...], bytes]]:
         return _rebuilt, self.args
+
+
+class _Registered:
+    """Pickled through a reduction in copyreg's table only (it refuses the default)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
+        raise TypeError("only copyreg's reduction pickles this")
+
+
+def _rebuild_registered(value: int) -> _Registered:
+    return _Registered(value)
+
+
+def test_copyregs_table_as_it_is_at_each_dump() -> None:
+    """The pickler's table adds the tensor's reduction to copyreg's, looked up at each dump: a
+    reduction registered after the import still counts (planted: the table a copy of
+    copyreg's at the import, and the dump raises)."""
+    import copyreg
+
+    copyreg.pickle(_Registered, lambda obj: (_rebuild_registered, (obj.value,)))
+    try:
+        back = loads(dumps({"r": _Registered(7), "t": torch.tensor(2)}))
+    finally:
+        del copyreg.dispatch_table[_Registered]
+    assert back["r"].value == 7 and int(back["t"]) == 2

@@ -19,12 +19,16 @@ import io
 import math
 import pickle
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 loads = pickle.loads
-_Tensor, _strided = torch.Tensor, torch.strided
+_Tensor, _strided, _frombuffer = torch.Tensor, torch.strided, torch.frombuffer
+_string_at = ctypes.string_at
+_SIZES = 64  # sizes of tensors in bytes whose ctypes array type is kept (``_bytes_of``)
+_arrays: dict[int, Any] = {}  # such types, by size
 # The dtypes whose tensors are their bytes and nothing else (no quantizer, no packed bits the
 # shape does not count), by name: a torch.dtype pickles as a global, which costs a module
 # lookup to load.
@@ -45,14 +49,23 @@ _PLAIN = {
         torch.complex128,
     )
 }
-_PLAIN_DTYPES = frozenset(_PLAIN.values())
+_NAMES = {dtype: name for name, dtype in _PLAIN.items()}
 _local = threading.local()  # each thread's pickler and its buffer, reused
 
 
 def _rebuilt(dtype: str, shape: tuple[int, ...], data: bytes) -> torch.Tensor:
-    """The tensor ``_Pickler`` took apart; ValueError for bytes that do not make one."""
+    """The tensor ``_reduced`` took apart; ValueError for bytes that do not make one."""
     kind = _PLAIN.get(dtype)
-    if kind is None or not all(type(size) is int and size >= 0 for size in shape):
+    if kind is None:
+        raise ValueError(f"malformed tensor in a frame: dtype {dtype!r}, shape {shape!r}")
+    if shape == ():  # a scalar, the tags' usual message: 1-d, then 0-d in place, not by a view
+        if len(data) != kind.itemsize:
+            raise ValueError(
+                f"malformed tensor in a frame: {len(data)} bytes for shape () of {dtype}, "
+                f"expected {kind.itemsize}"
+            )
+        return _frombuffer(bytearray(data), dtype=kind).squeeze_()
+    if not all(type(size) is int and size >= 0 for size in shape):
         raise ValueError(f"malformed tensor in a frame: dtype {dtype!r}, shape {shape!r}")
     if len(data) != math.prod(shape) * kind.itemsize:
         raise ValueError(
@@ -61,11 +74,8 @@ def _rebuilt(dtype: str, shape: tuple[int, ...], data: bytes) -> torch.Tensor:
         )
     if not data:
         return torch.empty(shape, dtype=kind)
-    flat = torch.frombuffer(bytearray(data), dtype=kind)
-    if len(shape) == 1:
-        return flat
-    # A view costs a tensor more; a scalar's (the tags' usual message) is cheapest by strides.
-    return flat.as_strided((), ()) if not shape else flat.view(shape)
+    flat = _frombuffer(bytearray(data), dtype=kind)
+    return flat if len(shape) == 1 else flat.view(shape)
 
 
 # ``_rebuilt`` pickled as an extension code instead of its module and name: a load then finds
@@ -77,32 +87,58 @@ with contextlib.suppress(ValueError):
     copyreg.add_extension(__name__, _rebuilt.__name__, _EXTENSION)
 
 
-class _Pickler(pickle.Pickler):
-    def reducer_override(self, obj: Any) -> Any:
-        if (
-            type(obj) is _Tensor
-            and obj.dtype in _PLAIN_DTYPES  # a quantized dtype is not: its quantizer stays behind
-            and obj.is_cpu
-            and not obj.requires_grad
-            and obj.layout is _strided
-            and not obj.is_conj()
-            and not obj.is_neg()
-        ):
-            tensor = obj.contiguous()
-            data = ctypes.string_at(tensor.data_ptr(), tensor.nbytes)
-            return _rebuilt, (str(tensor.dtype), tuple(tensor.shape), data)
-        return NotImplemented
+def _bytes_of(tensor: torch.Tensor) -> bytes:
+    """A contiguous CPU tensor's bytes: through a ctypes array type of their size, cached for
+    ``_SIZES`` sizes (a third of ``ctypes.string_at``'s cost), else by ``string_at``."""
+    size = tensor.nbytes
+    array = _arrays.get(size)
+    if array is None:
+        if len(_arrays) >= _SIZES or not size:
+            return _string_at(tensor.data_ptr(), size)
+        array = _arrays[size] = ctypes.c_char * size
+    return array.from_address(tensor.data_ptr()).raw
+
+
+def _reduced(obj: torch.Tensor) -> Any:
+    """A tensor's reduction (the picklers' table, ``_TABLE``): a plain CPU tensor as its dtype,
+    shape and bytes, any other as torch reduces it."""
+    if (
+        obj.dtype in _NAMES  # a quantized dtype is not: its quantizer stays behind
+        and obj.is_cpu
+        and not obj.requires_grad
+        and obj.layout is _strided
+        and not (obj._is_view() and (obj.is_conj() or obj.is_neg()))  # only a view has either bit
+    ):
+        tensor = obj.contiguous()
+        return _rebuilt, (_NAMES[tensor.dtype], tuple(tensor.shape), _bytes_of(tensor))
+    reduce: Callable[[int], Any] = obj.__reduce_ex__
+    return reduce(pickle.HIGHEST_PROTOCOL)
+
+
+class _Table(dict[type, Any]):
+    """``copyreg``'s reductions as they are at each lookup, and ``_reduced`` for an exact
+    torch.Tensor (a subclass keeps torch's own reduction)."""
+
+    def __missing__(self, kind: type) -> Any:
+        return copyreg.dispatch_table[kind]
+
+
+# Each pickler's reductions: a table, not ``reducer_override``, which the pickler calls for
+# every object it has no code of its own for (the ``_rebuilt`` it returns too); the table is
+# looked up for the objects it has no code for but a reduction (the tensor, once).
+_TABLE = _Table({_Tensor: _reduced})
 
 
 def dumps(obj: Any) -> bytes:
     """``obj`` pickled, its plain CPU tensors as bytes."""
     try:
-        pickler: _Pickler
+        pickler: pickle.Pickler
         buffer: io.BytesIO
         pickler, buffer = _local.pickler
     except AttributeError:
         buffer = io.BytesIO()
-        pickler = _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler.dispatch_table = _TABLE
         _local.pickler = pickler, buffer
     try:
         pickler.dump(obj)

@@ -102,6 +102,28 @@ exited: the process 235.2k, then 231.5k. In all, a16ed38 to this: the lockstep t
 to 220.0k a tag (4 %), the process 235.3k to 231.5k (2 %); the host process's other threads
 (main, about 10k a tag; another, 9-20k) as they were.
 
+Then (callgrind per thread, ``--separate-threads=yes`` on the same command; base 3fa933c and
+this run at load 4-8): the lockstep thread 221.1k instructions a tag, then 209.6k; the process
+231.2k, then 220.4k. The codec's pickler finds the tensor's reduction in a table instead of
+``reducer_override``, which the pickler called for the ``_rebuilt`` it returned too; the
+tensor's bytes are read through a ctypes array type of their size (a third of
+``ctypes.string_at``'s cost); a scalar is rebuilt 0-d in place (``squeeze_``), not as a view
+of the 1-d tensor, with only the checks a scalar needs: a dump of tags-virtual-2p's message
+28.2k then 26.0k, a load 27.2k then 21.6k (``_codec``'s ``dumps`` and ``loads`` in a loop under
+callgrind). ``Member.instant``'s ``done`` asks ``quiescent`` only once no update is held. The
+host's other thread that callgrind counts (9-53k a tag, more the busier the machine) is the
+group's reader, ``mujou-process-pong``, which looks at the process's exit status each poll
+that nothing came (NOTE [ a death ] in ``_group``): callgrind runs the tags some 50 times
+slower, so it looks many times a tag; in a plain run it woke twice in 300 tags
+(``threading.setprofile``'s count of its calls). What is left is what the NOTE says above:
+each side's instant (its start, the take and put-back of the update, the commit and the
+``done`` checks around it, several times the update's own cost, about 80 Python calls a tag
+in the process, ``_threads._work``'s general loop among them) and the tensor's reduction and
+rebuild (10k and 17k of the codec's 26k and 22k; torch's own calls, each 5-7k, are most of
+it). A compact struct codec of the tags' crossings (each plain tensor as its dtype, shape and
+bytes in the message, rebuilt by the tag's code) was tried again and dropped: the dump 3k
+cheaper, the load 3.5k dearer (the rebuild is the same, the list walked in Python).
+
 NOTE [ where a tag's time goes ]
 Of the star (a command and its reply a tag; NOTE [ the exchange ] for one process). Measured
 in tags-virtual-2p (``ping`` on the host, ``pong`` in a process of its own, one

@@ -206,8 +206,8 @@ class Member:
                 if not policy.stopping:
                     engine._start_instant(due)
 
-                    def done() -> bool:
-                        return policy.stopping or policy.quiescent(clock.now())
+                    def done() -> bool:  # quiescent() is false while an update is held
+                        return policy.stopping or (not policy.busy and policy.quiescent(clock.now()))
 
                     if lends and lender is not None:  # host_wait's, without its done() after
                         lender.lend_instants(done)  # returns once done(), the lock held
