@@ -42,8 +42,8 @@ from bench.mujou_processes import Handoff, Stamped, Stamper
 from mujou._processes import _inbox, _wire
 
 SKIP = 20  # messages not counted at the start
-PERIOD = 0.02  # seconds between messages: each hand-off alone, even run 50 times slower
-SETTLED = 0.005  # seconds a woken reader waits before it counts (``_Poll.poll``)
+PERIOD = 0.06  # seconds between messages: each hand-off alone, even run 50 times slower on a busy machine
+SETTLED = 0.03  # seconds a woken reader waits before it counts (``_Poll.poll``)
 
 _SOURCE = r"""
 #include <valgrind/callgrind.h>

@@ -8,11 +8,13 @@ that slot out, publishes it on the output's stand-in and wakes the triggered rea
 Where the host or a child has workers (Linux), the idle workers wait on the pipes themselves:
 each parks on a ``ListeningGate``, an epoll of its own over its wake-up (an eventfd, which
 ``Parking``'s notify writes) and every inbound pipe. A record then wakes a parked worker, which
-takes it, and the update it triggers is due at once with that worker preferred
-(``Parking.prefer``): the worker that read the record runs the update, with no hand-off to
-another thread. One thread of Mujou's (``mujou-ports-in``) waits on the pipes too, for when
-no worker is idle (every worker in a long update, or none in this process), so that a message
-never waits for an update to end before it is published.
+takes it and claims the update it makes due at once (``Policy.received_to_free``) and runs it
+there, inside its wait (``ListeningGate._run``); where it cannot claim it (another update is
+due first, a job, more than one node woken), the update is due at once with that worker
+preferred (``Parking.prefer``). Either way the worker that read the record runs the update,
+with no hand-off to another thread. One thread of Mujou's (``mujou-ports-in``) waits on the
+pipes too, for when no worker is idle (every worker in a long update, or none in this
+process), so that a message never waits for an update to end before it is published.
 
 The pipes are registered in the epolls with ``EPOLLEXCLUSIVE``, the workers' first: a record
 wakes one waiter, and the kernel tries the waiters in the order they were registered, so an
@@ -346,6 +348,31 @@ engine's ``_policy``). The worker's wait then returns as notified, and its loop 
 again, which puts the batch back as after any batch. The reader's region 67,480 -> 55,130
 instructions (1,020 opcodes); alternated bench runs (base, this, the floor; load 3.8): 256 B
 91.3/85.0/37.3, 96.1/85.3/39.0, 87.3/86.4/41.7 µs.
+
+Then three costs off the reader's path: a fresh publish keeps the message it replaced until the
+next wait (``Standins.drop_replaced``: freeing a tensor and its storage was about 3.9k
+instructions on the path), the gate's own worker opens its gate without its mutex, and a
+one-leaf ring's copy out without ``zip(strict=True)`` (its keyword parse alone about 1.5k):
+the reader 55,130 -> 51,080 -> 47,170 instructions. And the two locks of the reader's path
+(the pipe's, the engine's) and the sender's pipe lock taken with ``acquire``/``release``
+instead of ``with`` (which looks up ``__enter__`` and ``__exit__`` and makes two bound methods:
+about 900 instructions more a lock, counted in a loop under callgrind, 2,840 against 1,940):
+the sender 15,200 -> 14,730.
+
+What is left, counted (the reader at 47k against the floor's 11k, the sender at 14.7k against
+8.5k): on the reader's side the engine's claim (``Workers.claim`` and ``received_to_free``,
+about 200 opcodes), the runner's start of the update (about 210 opcodes before the hook, with
+three torch calls for the per-thread settings), ``Input.read`` (57), and this layer's read, copy
+and publish (about 400 opcodes: ``receive``, ``_publish``, ``RingReader.latest``,
+``Standins.publish``, ``_arrived``); on the sender's, ``Output.send``'s and ``_fits_plain``'s
+torch properties (``requires_grad``, ``is_cpu`` twice, ``_version``, ``dtype``, ``layout``,
+``is_nested``, ``shape``: about 3k instructions) and the lock and write of the record. The
+timings at load 5-8 on this machine cannot tell these apart (base, new and the floor alternated:
+100.0/94.9/44.6, 96.6/95.8/44.0, 91.5/99.6/62.6, 107.0/105.9/66.9 µs at 256 B): the lead's
+quiet machine is to show the ratio. What would meet 1.5x: about 20k instructions fewer a
+message on both sides together, which this layer's Python no longer holds; a C function per
+side (the plain write's checks, copy, header and record; the read, copy, publish and claim),
+or the runner's per-update rules for a received update done once per batch.
 """
 
 from __future__ import annotations
@@ -472,8 +499,10 @@ class Inbox:
         if inbound is None:
             return None
         claimed = None
+        lock = inbound.lock
         try:
-            with inbound.lock:
+            lock.acquire()  # not ``with``: about 900 instructions fewer a message
+            try:
                 if inbound.closed:
                     return None
                 try:
@@ -489,6 +518,8 @@ class Inbox:
                 else:
                     woken = []
                     self._read(inbound, chunk, woken)
+            finally:
+                lock.release()
             if woken:
                 claimed = self._arrived(woken, worker)
             if worker is not None and self._unsettled:
@@ -647,7 +678,9 @@ class Inbox:
         are due at once, and the parked ``worker`` that took them is the one woken first, or
         claims the update (returned: its batch and its start, for it to run at once)."""
         engine = self.engine
-        with engine.lock:
+        lock = engine.lock
+        lock.acquire()  # not ``with``, as in receive
+        try:
             policy = engine.policy
             now = engine.clock.now()
             claimed = None
@@ -667,6 +700,8 @@ class Inbox:
                     sent_arrived(policy, port, now, None)
             if policy.wake:
                 engine.deliver()
+        finally:
+            lock.release()
         return None if claimed is None else (claimed, now)
 
     # -- the pipes' ends -----------------------------------------------------------------------

