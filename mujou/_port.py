@@ -149,6 +149,12 @@ class RunSlot(Protocol):
         ...
 
 
+def bare_cpu(message: Any, nest: Nest | None) -> bool:
+    """``Latest``'s last field: whether ``message`` is a bare tensor on the CPU (a nest, or a
+    tensor elsewhere, is read the other way: ``Input._read_other``)."""
+    return nest is None and isinstance(message, torch.Tensor) and message.is_cpu
+
+
 class _Port:
     """What inputs and outputs share: a name, a node, a declaration, the latest message, watchers."""
 
@@ -226,8 +232,7 @@ class _Port:
         """Make ``message`` the latest: sent at ``stamp``, with its versions when it was sent."""
         latest = self._latest
         number = 1 if latest is None else latest[4] + 1
-        cpu = nest is None and isinstance(message, torch.Tensor) and message.is_cpu
-        self._latest = (message, version, nest, stamp, number, cpu)
+        self._latest = (message, version, nest, stamp, number, bare_cpu(message, nest))
         for watcher in self._watchers:
             watcher(message)
 

@@ -133,7 +133,7 @@ class Slot:
         # The latenesses of the last LATENESS_WINDOW updates: update k writes item k % the window
         # through ``lateness_ring``, a memoryview (an array's own setitem parses its argument
         # with PyArg_Parse: twice the instructions); the first ``updates`` hold a lateness.
-        self.lateness = array("d", bytes(8 * LATENESS_WINDOW))
+        self.lateness = array("d", [0.0]) * LATENESS_WINDOW
         self.lateness_ring: memoryview[float] = memoryview(self.lateness)
         self.lateness_max = 0.0
         self.hook = ""  # the hook running now, while core.hook_thread is set

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from .._errors import HookError, MujouInternalError, ProcessError
-from .._port import Latest, _Port
+from .._port import Latest, _Port, bare_cpu
 from ._group import Group
 
 
@@ -59,7 +59,7 @@ class Mirrors:
                 with self._publish_lock:  # NOTE [ a mirror never goes back ]
                     if latest is not None and key not in self._published:
                         message, stamp = latest
-                        port._latest = (message, _version(message), None, stamp, 1, _cpu(message))
+                        port._latest = (message, _version(message), None, stamp, 1, bare_cpu(message, None))
 
         def undo() -> None:
             with self._lock:
@@ -87,11 +87,6 @@ class Mirrors:
         """The run ended: each mirrored port object holds what it held before."""
         for port, latest in self._mirrored.values():
             port._latest = latest
-
-
-def _cpu(message: Any) -> bool:
-    """Whether a mirrored message is a bare tensor on the CPU (``Latest``'s last field)."""
-    return isinstance(message, torch.Tensor) and message.is_cpu
 
 
 def _version(message: Any) -> int:
