@@ -704,7 +704,7 @@ def test_random_lodges(first: int) -> None:
     the stop began."""
     lodged, late = 0, 0
     for seed in range(first, first + 20):
-        world = World(seed, virtual=False, workers=1, gil=False, send_rate=0.5, plain=True)
+        world = World(seed, virtual=False, workers=1, gil=True, send_rate=0.5, plain=True)
         world.lends = seed % 2 == 0
         world.run()
         lodged += world.lodged
@@ -917,7 +917,7 @@ def test_start_jobs_queued_once_stopping_are_dropped(workers: int) -> None:
 
 
 def hand_off_policy(
-    workers: int, *, fed: bool = True, delay: float = 0.0
+    workers: int, *, fed: bool = True, delay: float = 0.0, gil: bool = False
 ) -> tuple[Policy, list[Slot], Batch]:
     """Node 0 periodic, node 1 triggered only (fed by node 0, or by the host), node 2 periodic
     and due later (fed by the host); worker 0 runs node 0's update at 0.01."""
@@ -925,7 +925,7 @@ def hand_off_policy(
     if fed:
         connect(slots[0], slots[1])
     wire(slots)
-    policy = started_policy(slots, workers)
+    policy = started_policy(slots, workers, gil=gil)
     kind, batch = policy.next_for_worker(0, 0.01, 0.0)
     assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]
     begin_update(slots[batch.todo.pop()], 0.01, False)
@@ -1007,7 +1007,7 @@ def lodging_policy(monkeypatch: pytest.MonkeyPatch) -> tuple[Policy, list[Slot],
     """``hand_off_policy`` with one worker, the sends that lodge planned (the fake clock's
     time is 0.0102): node 0's update runs, and its output may lodge node 1."""
     monkeypatch.setattr(_lodge, "_monotonic", lambda: 0.0102)
-    policy, slots, batch = hand_off_policy(1)
+    policy, slots, batch = hand_off_policy(1, gil=True)
     _lodge.plan(policy, cast(Any, SimpleNamespace(_origin=0.0, _start=0.0, scale=1.0)), slots)
     port = slots[0].core.ports["y"]
     assert isinstance(port, Output) and port._lodge is not None and slots[1].lodger == 0
@@ -1029,6 +1029,16 @@ def test_a_send_lodges_the_node_it_wakes_in_its_worker_s_batch(monkeypatch: pyte
     assert policy.next_for_worker(0, 0.0103, 0.0)[0] == PARK
     assert policy.queue.dues[0] == 0.0102 and policy.busy == 0 and batch.lodged == 0
     assert check(policy) == []
+
+
+def test_no_send_lodges_in_a_process_without_the_gil() -> None:
+    """Without the GIL a read of the queue's heap may find another thread's pop half done
+    (NOTE [ the send that lodges ]): the sends take the locked way, none is planned."""
+    policy, slots, _ = hand_off_policy(1, gil=False)
+    assert not policy.lodges
+    _lodge.plan(policy, cast(Any, SimpleNamespace(_origin=0.0, _start=0.0, scale=1.0)), slots)
+    port = slots[0].core.ports["y"]
+    assert isinstance(port, Output) and port._lodge is None and slots[1].lodger == -1
 
 
 def test_no_lodge_past_an_update_due_at_or_before_the_send(monkeypatch: pytest.MonkeyPatch) -> None:

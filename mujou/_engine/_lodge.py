@@ -21,7 +21,11 @@ third of the path from a send to the update it triggers. It is safe by design, n
   when nothing in the queue is due at or before the send, read without the lock from the
   queue's heap of due times, which is a heap at every moment (``DueQueue.remove`` replaces
   it in one step); a node the host makes due meanwhile waits for the batch, as one made due
-  after the send would.
+  after the send would. A heap at every moment only where the GIL is held: another thread's
+  ``heappop`` (the host's thread taking a due update) is one C call that holds it, while on a
+  build without the GIL a read may find the pop's last item moved to the top and not yet
+  sifted down, later than an update still due. So a process without the GIL does not lodge
+  (``Policy.lodges``): its sends take the locked way.
 - The stop (``begin_stop``) and a pause end the batch after the sender's hook, as the runner
   checks after every hook, and the put-back frees ``N`` or queues it at its due time, as
   for a node handed off under the lock (NOTE [ handing off ] in ``_policy``). A lodge that

@@ -119,10 +119,10 @@ class Policy(Ending):
         # the time (``_lend.Lender.lend_instants``): an instant wakes no worker when one would
         # be all (NOTE [ the host lends its thread ] in _batches).
         self.host_lends = False
-        # One worker under the real-time timer: a send may lodge the node it wakes in the
-        # worker's batch without the lock while ``lodging`` (the timer runs, not stopping;
-        # NOTE [ the send that lodges ] in _lodge).
-        self.lodges = workers == 1 and not virtual
+        # One worker under the real-time timer, with the GIL: a send may lodge the node it
+        # wakes in the worker's batch without the lock while ``lodging`` (the timer runs, not
+        # stopping; NOTE [ the send that lodges ] in _lodge).
+        self.lodges = workers == 1 and not virtual and gil
         self.lodging = False
 
     # -- holders ---------------------------------------------------------------------------
