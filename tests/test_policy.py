@@ -191,6 +191,11 @@ class World:
         self.lends = self.rng.random() < 0.5
         self.lent = -1
         self.lent_updates = 0
+        # Under the virtual timer, the host's thread that runs an instant alone (``take_alone``,
+        # NOTE [ an instant run alone ] in _instants) holds this batch, one update a step; in
+        # these runs the workers are not kept from the instant, so it is never alone in fact.
+        self.alone: Batch | None = None
+        self.alone_updates = 0
         self.lodged = 0  # nodes a send lodged without the lock
         self.lodged_late = 0  # of those, by a claim that read lodging before the stop began
         self.stop_soon = False  # the host stops the run at its next event (while a claim is begun)
@@ -537,23 +542,45 @@ class World:
             assert batch.due <= self.now
             self.lent = batch.todo.pop()
             return True
-        batch = policy.batch[policy.workers]
-        slot = self.slots[self.lent]
-        self.begin(slot, self.now)
-        batch.ran.append(slot)
+        self._host_update(self.slots[self.lent])
         self.lent = -1
         self.lent_updates += 1
+        policy.host_done()
+        return True
+
+    def _host_update(self, slot: Slot) -> None:
+        """The host's thread runs the update of ``slot``, in the host's batch."""
+        policy = self.policy
+        batch = policy.batch[policy.workers]
+        self.begin(slot, self.now)
+        batch.ran.append(slot)
         self.send(slot)
         if self.rng.random() < self.fail_rate:
             slot.hook = "on_update"
             policy.fail(slot, RuntimeError(f"{slot.name} failed"))
             policy.update_failed(batch)
-        policy.host_done()
-        return True
+
+    def run_alone(self) -> None:
+        """One step of the instant the host runs alone: run the next update of its batch, or,
+        once none is left (or a job, a pause or the stop needs the thread, as the runner ends
+        a batch early), give the batch back (``done_alone``)."""
+        policy, batch = self.policy, self.alone
+        assert batch is not None
+        if batch.todo and not (policy.jobs or policy.paused or policy.stopping):
+            self._host_update(self.slots[batch.todo.pop()])
+            self.alone_updates += 1
+            return
+        self.alone = None
+        # Over only where the instant is (its dedicated nodes aside, which the caller checks).
+        if policy.done_alone(policy.workers, self.now) and not policy.dedicated:
+            assert policy.quiescent(self.now), self.steps
 
     def host(self) -> bool:
         """One move of the host or the clock when no thread can act; False when none is left."""
         policy = self.policy
+        if self.alone is not None:
+            self.run_alone()
+            return True
         if self.lent >= 0 or (self.lends and self.lend()):
             if self.lent >= 0:
                 self.lend()
@@ -570,6 +597,8 @@ class World:
             if due < math.inf:
                 self.now = due
                 policy.start_instant()
+                if self.lends and self.rng.random() < 0.5:
+                    self.alone = policy.take_alone(policy.workers, self.now)
                 return True
         sleeping = [t for t in self.threads if t.state == "sleeping"]
         if sleeping:
@@ -712,16 +741,21 @@ def test_random_lodges(first: int) -> None:
     assert lodged > 0 and late > 0, (lodged, late)
 
 
+@pytest.mark.parametrize("virtual", [False, True])
 @pytest.mark.parametrize("first", range(0, 100, 10))
-def test_random_runs_in_which_the_host_runs_due_updates(first: int) -> None:
+def test_random_runs_in_which_the_host_runs_due_updates(first: int, virtual: bool) -> None:
     """The real-time timer: the host's thread takes due updates as it waits (NOTE [ the host
-    lends its thread ]), from the queue or a shared batch, between the workers' steps."""
+    lends its thread ]), from the queue or a shared batch, between the workers' steps. The
+    virtual timer: at an instant's start it takes every worker update due then
+    (``take_alone``, NOTE [ an instant run alone ] in _instants), runs them one a step and
+    gives them back (``done_alone``), the workers' steps between, which take from the queue
+    meanwhile (in these runs they are not kept from the instant)."""
     lent = []
     for seed in range(first, first + 10):
-        world = World(seed, virtual=False, workers=1 + seed % 3, gil=seed % 2 == 1, send_rate=0.5)
+        world = World(seed, virtual=virtual, workers=1 + seed % 3, gil=seed % 2 == 1, send_rate=0.5)
         world.lends = True
         world.run()
-        lent.append(world.lent_updates)
+        lent.append(world.alone_updates if virtual else world.lent_updates)
     assert sum(count > 0 for count in lent) >= 5, lent  # a net may fail early, or have no worker node
 
 
