@@ -23,7 +23,7 @@ import torch
 import mujou
 from mujou._engine import _lodge
 from mujou._engine._arrivals import arrived, sent_arrived, wire
-from mujou._engine._batches import EXIT, HOST, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
+from mujou._engine._batches import EXIT, FREE, HOST, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
@@ -824,9 +824,10 @@ def test_a_write_while_the_host_runs_the_node_makes_it_due_when_the_host_is_done
     assert policy.queue.dues == [0.002] and slots[0].due == 0.002 and not slots[0].arrived
 
 
-def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:
-    """A real-time policy whose nodes have started and whose timer runs."""
-    policy = Policy(slots, workers, virtual=False, scale=1.0, gil=gil)
+def started_policy(slots: list[Slot], workers: int, *, gil: bool = False, virtual: bool = False) -> Policy:
+    """A real-time policy (or a ``virtual`` one, before its first instant) whose nodes have
+    started and whose timer runs."""
+    policy = Policy(slots, workers, virtual=virtual, scale=1.0, gil=gil)
     for slot in slots:
         slot.started = True
     policy.start_timer()
@@ -1155,10 +1156,7 @@ def test_of_the_failures_of_an_instant_the_earliest_registered_is_the_error() ->
     P12: the first failure kept)."""
     slots = [triggered_slot(0, 0.01), triggered_slot(1, 0.01)]
     wire(slots)
-    policy = Policy(slots, 2, virtual=True, scale=1.0, gil=False)
-    for slot in slots:
-        slot.started = True
-    policy.start_timer()
+    policy = started_policy(slots, 2, virtual=True)
     policy.start_instant()
     policy.delivered()
     kind, batch = policy.next_for_worker(0, 0.01, 0.0)
@@ -1254,3 +1252,36 @@ def test_one_worker_keeps_no_batch_of_a_node_only_a_trigger_makes_due() -> None:
     policy.delivered()
     kind, batch = policy.next_for_worker(0, 0.02, 0.0)
     assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]
+
+
+@pytest.mark.parametrize("paused", [False, True])
+@pytest.mark.parametrize("w", [0, 1])  # worker 0's batch (a process's command thread), the host's
+def test_an_instant_run_alone_is_taken_whole_and_wakes_the_host_only_for_a_pause(
+    paused: bool, w: int
+) -> None:
+    """NOTE [ an instant run alone ] in _instants: ``take_alone`` takes every worker node due
+    by the instant, held by the thread (worker 0, or the host: HOST) in its batch, the one not
+    due left queued; ``done_alone`` puts them back and says the instant is over. Its put-back
+    wakes the host's waits only where a pause waits for no update to be held: the thread that
+    runs the instant alone waits for its end itself. Planted: ``done_alone`` not waking the
+    host for a pause: the paused case fails."""
+    slots = [triggered_slot(0, 0.01), triggered_slot(1, 0.02), triggered_slot(2, 0.01)]
+    wire(slots)
+    policy = started_policy(slots, 1, virtual=True)
+    policy.start_instant(alone=True)
+    assert not policy.wake  # nobody to wake: the thread that started it runs it
+    batch = policy.take_alone(w, 0.01)
+    assert batch is policy.batch[w] and batch is not None
+    held = 1 if w == 0 else HOST
+    assert sorted(batch.todo) == [0, 2] and [policy.holder[i] for i in (0, 1, 2)] == [held, FREE, held]
+    assert policy.busy == 2 and not check(policy)
+    for index in reversed(list(batch.todo)):  # in order, as the runner pops them
+        begin_update(slots[index], 0.01, False)
+        batch.ran.append(slots[index])
+    batch.todo.clear()
+    if paused:
+        policy.pause()
+        policy.delivered()
+    assert policy.done_alone(w, 0.01) is True
+    assert policy.busy == 0 and not check(policy) and policy.queue.dues == [0.02]
+    assert policy.wake_host is paused

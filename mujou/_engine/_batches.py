@@ -454,6 +454,8 @@ class Workers:
         already: the host asks no more, as a worker that puts its batch back does."""
         if not self._back_one(self.workers):
             self._put_back(self.workers, self.batch[self.workers])
+        elif self.busy == 0:
+            self._quiet()
         if self.virtual:  # _wake_idle wakes none: the instants wake the workers
             return
         due = self._earliest()[0]
@@ -633,8 +635,9 @@ class Workers:
 
     def _back_one(self, w: int) -> bool:
         """``_put_back`` of batch ``w`` in short, where its one update ran and nothing else is
-        in it (the common case of the host's batch, and of an instant run alone); whether it
-        was that case (else nothing changed)."""
+        in it (the common case of the host's batch, and of an instant run alone), but for its
+        wake of the host once no update is held (``_quiet``), the caller's; whether it was that
+        case (else nothing changed)."""
         batch = self.batch[w]
         ran = batch.ran
         if (
@@ -662,12 +665,11 @@ class Workers:
         batch.failed = False
         batch.handed = 0
         batch.mixed = False
-        if self.busy == 0:
-            self._quiet()
         return True
 
-    def _put_back(self, w: int, batch: Batch) -> None:
-        """The nodes of ``batch`` go back: those that ran, and those left."""
+    def _put_back(self, w: int, batch: Batch, *, quiet: bool = True) -> None:
+        """The nodes of ``batch`` go back: those that ran, and those left; with ``quiet``, the
+        host is woken if no update is held now (``_quiet``)."""
         if self.gil is not None and w < self.workers:  # the host's batch has no hold-back
             self.gil.in_hook[w] = 0.0
         if batch.shared:
@@ -733,7 +735,7 @@ class Workers:
         todo.clear()
         batch.handed = 0
         batch.mixed = False
-        if self.busy == 0:
+        if quiet and self.busy == 0:
             self._quiet()
 
     def _keep(self, batch: Batch) -> bool:

@@ -26,15 +26,18 @@ two ways give the same hooks in the same order, messages, state and statistics.
 Measured in instructions a tag (callgrind; ``bench/instant_callgrind.py`` says how, the general
 way with ``--general``; CPython 3.11, torch 2.13): the instant of one node that reads its last
 message and sends the next, the host's side 121.9k the general way, 100.7k alone; the process's
-132.3k, 98.7k. Of an empty node: 76.9k and 55.8k, 86.8k and 53.6k. In the whole tag of bench's
-tags-virtual-2p (``bench/tags_callgrind.py``, per thread): the host's lockstep thread 210.6k
-before (5ddbd5d), 189.2k; the process 220.3k, 186.1k. What the short way still spends around
-its update (of the empty node's 55.8k on the host's side, each measured by taking it out): the
-runner's update of an empty hook about 11k, the host thread's settings after it
+132.3k, 98.7k. Of an empty node: 76.9k and 55.8k, 86.8k and 53.6k. The put-back then woke the
+host's waits as the instant's updates ended (``_quiet``), for the thread that waits for the
+instant's end, which here is the caller itself: ``done_alone`` wakes them only for a pause (a
+state taken from another thread waits for no update to be held): the empty node's 48.6k and
+44.9k, the other's 93.3k and 90.0k. In the whole tag of bench's tags-virtual-2p
+(``bench/tags_callgrind.py``, per thread): the host's lockstep thread 210.6k before (5ddbd5d),
+189.2k, then 182.1k; the process 220.3k, 186.1k, then 177.0k. What the short way still spends
+around an empty node's update (host's side, each measured by taking it out): the runner's
+update of an empty hook about 11k, the host thread's settings after it
 (threads.host-thread-settings: five reads of torch's thread state, the thread counted as a
-hook's) 5.3k, the wake of the host's waits as the instant's updates end (``_quiet``: a pause
-waits for that) 5.4k, the rest (the lock, the instant's start and commit, the take and the
-put-back, the next due time) about 34k.
+hook's) 5.3k, the rest (the lock, the instant's start and commit, the take and the put-back,
+the next due time) about 32k.
 """
 
 from __future__ import annotations

@@ -234,12 +234,15 @@ class Policy(Ending):
 
     def done_alone(self, w: int, now: float) -> bool:
         """Batch ``w`` from ``take_alone`` goes back (``_put_back``, in short where one update
-        ran); whether the instant at ``now`` has no worker update left: none held,
+        ran, the host woken only for a pause: the caller is the thread that waits for the
+        instant's end); whether the instant at ``now`` has no worker update left: none held,
         none shared, none due by ``now``, no job on the way: ``quiescent`` where no node is
         dedicated, which the caller checks."""
         batch = self.batch[w]
         if (batch.ran or batch.todo) and not self._back_one(w):
-            self._put_back(w, batch)
+            self._put_back(w, batch, quiet=False)
+        if self.paused and not self.busy:  # _quiet's wake for a pause: the caller waits for
+            self._wake_host()  # the instant's end itself (NOTE [ an instant run alone ])
         dues = self.queue.dues
         return not (self.busy or self.pending or self.shared or (dues and dues[0] <= now))
 

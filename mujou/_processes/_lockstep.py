@@ -129,7 +129,8 @@ the thread that runs a span's tags, the only one that runs its process's worker 
 them, runs them and puts them back in one go, without the general way's looks and wake-ups),
 and ``Member.instant`` answering the next due time from its own lock section: the lockstep
 thread 210.6k instructions a tag, then 189.2k; the process 220.3k, then 186.1k (5ddbd5d and
-this, the same command).
+this, the same command); then 182.1k and 177.0k with the host's waits woken at the instant's
+end only for a pause (the lockstep thread waits for that end itself).
 
 NOTE [ where a tag's time goes ]
 Of the star (a command and its reply a tag; NOTE [ the exchange ] for one process). Measured
