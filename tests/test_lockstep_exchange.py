@@ -30,9 +30,9 @@ class FakeMember:
     def next_due(self) -> float:
         return self.dues.pop(0)
 
-    def instant(self, due: float) -> tuple[list[Any], None]:
+    def instant(self, due: float) -> tuple[list[Any], None, float]:
         self.instants.append(due)
-        return list(self.outbox), None
+        return list(self.outbox), None, self.next_due()
 
     def apply(self, crossings: Any) -> None:
         self.applied.extend(crossings)

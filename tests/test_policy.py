@@ -23,7 +23,7 @@ import torch
 import mujou
 from mujou._engine import _lodge
 from mujou._engine._arrivals import arrived, sent_arrived, wire
-from mujou._engine._batches import EXIT, HOST, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
+from mujou._engine._batches import EXIT, FREE, HOST, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
@@ -191,6 +191,11 @@ class World:
         self.lends = self.rng.random() < 0.5
         self.lent = -1
         self.lent_updates = 0
+        # Under the virtual timer, the host's thread that runs an instant alone (``take_alone``,
+        # NOTE [ an instant run alone ] in _instants) holds this batch, one update a step; in
+        # these runs the workers are not kept from the instant, so it is never alone in fact.
+        self.alone: Batch | None = None
+        self.alone_updates = 0
         self.lodged = 0  # nodes a send lodged without the lock
         self.lodged_late = 0  # of those, by a claim that read lodging before the stop began
         self.stop_soon = False  # the host stops the run at its next event (while a claim is begun)
@@ -537,23 +542,45 @@ class World:
             assert batch.due <= self.now
             self.lent = batch.todo.pop()
             return True
-        batch = policy.batch[policy.workers]
-        slot = self.slots[self.lent]
-        self.begin(slot, self.now)
-        batch.ran.append(slot)
+        self._host_update(self.slots[self.lent])
         self.lent = -1
         self.lent_updates += 1
+        policy.host_done()
+        return True
+
+    def _host_update(self, slot: Slot) -> None:
+        """The host's thread runs the update of ``slot``, in the host's batch."""
+        policy = self.policy
+        batch = policy.batch[policy.workers]
+        self.begin(slot, self.now)
+        batch.ran.append(slot)
         self.send(slot)
         if self.rng.random() < self.fail_rate:
             slot.hook = "on_update"
             policy.fail(slot, RuntimeError(f"{slot.name} failed"))
             policy.update_failed(batch)
-        policy.host_done()
-        return True
+
+    def run_alone(self) -> None:
+        """One step of the instant the host runs alone: run the next update of its batch, or,
+        once none is left (or a job, a pause or the stop needs the thread, as the runner ends
+        a batch early), give the batch back (``done_alone``)."""
+        policy, batch = self.policy, self.alone
+        assert batch is not None
+        if batch.todo and not (policy.jobs or policy.paused or policy.stopping):
+            self._host_update(self.slots[batch.todo.pop()])
+            self.alone_updates += 1
+            return
+        self.alone = None
+        # Over only where the instant is (its dedicated nodes aside, which the caller checks).
+        if policy.done_alone(policy.workers, self.now) and not policy.dedicated:
+            assert policy.quiescent(self.now), self.steps
 
     def host(self) -> bool:
         """One move of the host or the clock when no thread can act; False when none is left."""
         policy = self.policy
+        if self.alone is not None:
+            self.run_alone()
+            return True
         if self.lent >= 0 or (self.lends and self.lend()):
             if self.lent >= 0:
                 self.lend()
@@ -570,6 +597,8 @@ class World:
             if due < math.inf:
                 self.now = due
                 policy.start_instant()
+                if self.lends and self.rng.random() < 0.5:
+                    self.alone = policy.take_alone(policy.workers, self.now)
                 return True
         sleeping = [t for t in self.threads if t.state == "sleeping"]
         if sleeping:
@@ -712,16 +741,21 @@ def test_random_lodges(first: int) -> None:
     assert lodged > 0 and late > 0, (lodged, late)
 
 
+@pytest.mark.parametrize("virtual", [False, True])
 @pytest.mark.parametrize("first", range(0, 100, 10))
-def test_random_runs_in_which_the_host_runs_due_updates(first: int) -> None:
+def test_random_runs_in_which_the_host_runs_due_updates(first: int, virtual: bool) -> None:
     """The real-time timer: the host's thread takes due updates as it waits (NOTE [ the host
-    lends its thread ]), from the queue or a shared batch, between the workers' steps."""
+    lends its thread ]), from the queue or a shared batch, between the workers' steps. The
+    virtual timer: at an instant's start it takes every worker update due then
+    (``take_alone``, NOTE [ an instant run alone ] in _instants), runs them one a step and
+    gives them back (``done_alone``), the workers' steps between, which take from the queue
+    meanwhile (in these runs they are not kept from the instant)."""
     lent = []
     for seed in range(first, first + 10):
-        world = World(seed, virtual=False, workers=1 + seed % 3, gil=seed % 2 == 1, send_rate=0.5)
+        world = World(seed, virtual=virtual, workers=1 + seed % 3, gil=seed % 2 == 1, send_rate=0.5)
         world.lends = True
         world.run()
-        lent.append(world.lent_updates)
+        lent.append(world.alone_updates if virtual else world.lent_updates)
     assert sum(count > 0 for count in lent) >= 5, lent  # a net may fail early, or have no worker node
 
 
@@ -790,9 +824,10 @@ def test_a_write_while_the_host_runs_the_node_makes_it_due_when_the_host_is_done
     assert policy.queue.dues == [0.002] and slots[0].due == 0.002 and not slots[0].arrived
 
 
-def started_policy(slots: list[Slot], workers: int, *, gil: bool = False) -> Policy:
-    """A real-time policy whose nodes have started and whose timer runs."""
-    policy = Policy(slots, workers, virtual=False, scale=1.0, gil=gil)
+def started_policy(slots: list[Slot], workers: int, *, gil: bool = False, virtual: bool = False) -> Policy:
+    """A real-time policy (or a ``virtual`` one, before its first instant) whose nodes have
+    started and whose timer runs."""
+    policy = Policy(slots, workers, virtual=virtual, scale=1.0, gil=gil)
     for slot in slots:
         slot.started = True
     policy.start_timer()
@@ -1131,10 +1166,7 @@ def test_of_the_failures_of_an_instant_the_earliest_registered_is_the_error() ->
     P12: the first failure kept)."""
     slots = [triggered_slot(0, 0.01), triggered_slot(1, 0.01)]
     wire(slots)
-    policy = Policy(slots, 2, virtual=True, scale=1.0, gil=False)
-    for slot in slots:
-        slot.started = True
-    policy.start_timer()
+    policy = started_policy(slots, 2, virtual=True)
     policy.start_instant()
     policy.delivered()
     kind, batch = policy.next_for_worker(0, 0.01, 0.0)
@@ -1230,3 +1262,36 @@ def test_one_worker_keeps_no_batch_of_a_node_only_a_trigger_makes_due() -> None:
     policy.delivered()
     kind, batch = policy.next_for_worker(0, 0.02, 0.0)
     assert kind == RUN and isinstance(batch, Batch) and batch.todo == [0]
+
+
+@pytest.mark.parametrize("paused", [False, True])
+@pytest.mark.parametrize("w", [0, 1])  # worker 0's batch (a process's command thread), the host's
+def test_an_instant_run_alone_is_taken_whole_and_wakes_the_host_only_for_a_pause(
+    paused: bool, w: int
+) -> None:
+    """NOTE [ an instant run alone ] in _instants: ``take_alone`` takes every worker node due
+    by the instant, held by the thread (worker 0, or the host: HOST) in its batch, the one not
+    due left queued; ``done_alone`` puts them back and says the instant is over. Its put-back
+    wakes the host's waits only where a pause waits for no update to be held: the thread that
+    runs the instant alone waits for its end itself. Planted: ``done_alone`` not waking the
+    host for a pause: the paused case fails."""
+    slots = [triggered_slot(0, 0.01), triggered_slot(1, 0.02), triggered_slot(2, 0.01)]
+    wire(slots)
+    policy = started_policy(slots, 1, virtual=True)
+    policy.start_instant(alone=True)
+    assert not policy.wake  # nobody to wake: the thread that started it runs it
+    batch = policy.take_alone(w, 0.01)
+    assert batch is policy.batch[w] and batch is not None
+    held = 1 if w == 0 else HOST
+    assert sorted(batch.todo) == [0, 2] and [policy.holder[i] for i in (0, 1, 2)] == [held, FREE, held]
+    assert policy.busy == 2 and not check(policy)
+    for index in reversed(list(batch.todo)):  # in order, as the runner pops them
+        begin_update(slots[index], 0.01, False)
+        batch.ran.append(slots[index])
+    batch.todo.clear()
+    if paused:
+        policy.pause()
+        policy.delivered()
+    assert policy.done_alone(w, 0.01) is True
+    assert policy.busy == 0 and not check(policy) and policy.queue.dues == [0.02]
+    assert policy.wake_host is paused

@@ -414,31 +414,48 @@ class Workers:
             return batch
         return None
 
+    def take_alone(self, w: int, now: float) -> Batch | None:
+        """Virtual timer, the instant at ``now`` begun, for the one thread that runs its worker
+        updates (NOTE [ an instant run alone ] in ``_instants``): every worker node due by
+        ``now``, held by that thread in batch ``w`` (a worker's, or the host's: ``w ==
+        workers``, holder HOST), as ``take_instant_for_host`` takes them; the batch with
+        nothing to do where none is due; None where the general way decides (a batch shared,
+        a job, a pause, the stop, batch ``w`` not empty). ``done_alone`` puts it back."""
+        batch = self.batch[w]
+        if (
+            self.shared
+            or not self.instant
+            or not self.running
+            or self.jobs
+            or self.paused
+            or self.stopping
+            or batch.todo
+            or batch.ran
+            or batch.held
+        ):
+            return None
+        dues = self.queue.dues
+        if not dues or dues[0] > now:
+            return batch
+        batch.due = due = dues[0]
+        batch.todo = todo = self.queue.pop_until(now)
+        batch.mixed = todo[0] != todo[-1] and self.slots[todo[0]].due != due
+        batch.handed = 0
+        holder = self.holder
+        mark = HOST if w == self.workers else w + 1
+        for index in todo:
+            holder[index] = mark
+        self.busy += len(todo)
+        return batch
+
     def host_done(self) -> None:
         """The host's thread ran (or began) the update ``take_for_host`` gave it: it goes back,
         and a worker sleeping past the next due update wakes for it, besides one woken
         already: the host asks no more, as a worker that puts its batch back does."""
-        batch = self.batch[self.workers]
-        ran = batch.ran
-        if len(ran) == 1 and not batch.todo and not batch.shared and not self.stopping:
-            # The common case, in short: its one update ran (``_put_back``'s steps for it).
-            slot = ran[0]
-            ran.clear()
-            self.holder[slot.index] = FREE
-            self.busy -= 1
-            if slot.arrived:  # an arrival while it ran: _slot.come_back, inlined
-                slot.arrived = False
-                arrival = arrivals_due(slot)
-                if arrival < slot.due:
-                    slot.due = arrival
-            self.queue.push(slot.due, slot.index)
-            if self.workers > 1 and self.queue.dues:
-                self._wake_idle(self.queue.dues[0])
-            batch.failed = False
-            if self.busy == 0:
-                self._quiet()
-        else:
-            self._put_back(self.workers, batch)
+        if not self._back_one(self.workers):
+            self._put_back(self.workers, self.batch[self.workers])
+        elif self.busy == 0:
+            self._quiet()
         if self.virtual:  # _wake_idle wakes none: the instants wake the workers
             return
         due = self._earliest()[0]
@@ -616,8 +633,43 @@ class Workers:
         """An update of ``batch`` failed and was reported: the batch's worker stops it early."""
         batch.failed = True
 
-    def _put_back(self, w: int, batch: Batch) -> None:
-        """The nodes of ``batch`` go back: those that ran, and those left."""
+    def _back_one(self, w: int) -> bool:
+        """``_put_back`` of batch ``w`` in short, where its one update ran and nothing else is
+        in it (the common case of the host's batch, and of an instant run alone), but for its
+        wake of the host once no update is held (``_quiet``), the caller's; whether it was that
+        case (else nothing changed)."""
+        batch = self.batch[w]
+        ran = batch.ran
+        if (
+            len(ran) != 1
+            or batch.todo
+            or batch.shared
+            or batch.held
+            or batch.lodged
+            or self.stopping
+            or (self.gil is not None and w < self.workers)  # the hold-back's note: _put_back
+        ):
+            return False
+        slot = ran[0]
+        ran.clear()
+        self.holder[slot.index] = FREE
+        self.busy -= 1
+        if slot.arrived:  # an arrival while it ran: _slot.come_back, inlined
+            slot.arrived = False
+            arrival = arrivals_due(slot)
+            if arrival < slot.due:
+                slot.due = arrival
+        self.queue.push(slot.due, slot.index)
+        if self.workers > 1 and self.queue.dues:
+            self._wake_idle(self.queue.dues[0])
+        batch.failed = False
+        batch.handed = 0
+        batch.mixed = False
+        return True
+
+    def _put_back(self, w: int, batch: Batch, *, quiet: bool = True) -> None:
+        """The nodes of ``batch`` go back: those that ran, and those left; with ``quiet``, the
+        host is woken if no update is held now (``_quiet``)."""
         if self.gil is not None and w < self.workers:  # the host's batch has no hold-back
             self.gil.in_hook[w] = 0.0
         if batch.shared:
@@ -683,7 +735,7 @@ class Workers:
         todo.clear()
         batch.handed = 0
         batch.mixed = False
-        if self.busy == 0:
+        if quiet and self.busy == 0:
             self._quiet()
 
     def _keep(self, batch: Batch) -> bool:

@@ -198,6 +198,19 @@ class Lender:
     def _run_taken(self, batch: Batch, now: float) -> None:
         """Run ``batch``, which the policy gave the host's thread, from ``now``, and give it
         back. No lock held."""
+        self._run_batch(batch, now)
+        engine = self._engine
+        with engine.lock:  # _done(), inlined: the round trip's last lock section
+            self._busy = False
+            policy = engine.policy
+            policy.host_done()
+            if policy.wake:
+                engine.deliver()
+
+    def _run_batch(self, batch: Batch, now: float) -> None:
+        """Run ``batch``, which the policy gave the host's thread, from ``now``, with the
+        thread counted as a hook thread meanwhile and its settings put back after; no lock
+        held. Where it raises, the batch went back to the policy."""
         engine = self._engine
         ident = _get_ident()
         try:
@@ -229,12 +242,6 @@ class Lender:
                 engine.crashed_locked(HOST, exc, exits=False)
             engine.raise_error()
             raise
-        with engine.lock:  # _done(), inlined: the round trip's last lock section
-            self._busy = False
-            policy = engine.policy
-            policy.host_done()
-            if policy.wake:
-                engine.deliver()
 
     def received(self, port: _Port, fresh: bool | None = None) -> None:
         """Under the real-time timer, on the thread that received a message from another
@@ -319,6 +326,30 @@ class Lender:
                 self._run_taken(batch, now)
             finally:
                 lock.acquire()
+
+    def run_alone(self, now: float) -> bool:
+        """With the lock held (also when it returns or raises), on the thread lent to the
+        instants, the instant at ``now`` begun and this thread the only one that runs its
+        worker updates (NOTE [ an instant run alone ] in ``_instants``): ``lend_instants``'s
+        work in one take, one run and one put-back, without its looks. Whether the instant's
+        worker updates are over; False: nothing decided here, or some left (``lend_instants``
+        goes on from there)."""
+        engine = self._engine
+        policy, lock = engine.policy, engine.lock
+        w = policy.workers
+        batch = policy.take_alone(w, now)
+        if batch is None:
+            return False
+        if batch.todo:
+            lock.release()
+            try:
+                self._run_batch(batch, now)
+            finally:
+                lock.acquire()
+        over = policy.done_alone(w, now)
+        if policy.wake:
+            engine.deliver()
+        return over
 
     def lends_here(self) -> bool:
         """Whether the calling thread is the one lent to the instants now."""

@@ -159,10 +159,14 @@ class Policy(Ending):
                 self.queue.push(slot.due, slot.index)
         self._wake_everyone()
 
-    def start_instant(self) -> None:
+    def start_instant(self, *, alone: bool = False) -> None:
         """Virtual timer: the time moved to the next instant; its nodes are due. While a host
-        thread lends itself (``host_lends``) it is woken instead of a lone worker."""
+        thread lends itself (``host_lends``) it is woken instead of a lone worker. ``alone``:
+        the thread that starts it runs its worker updates alone and no node is dedicated
+        (``_instants``' NOTE [ an instant run alone ]): nobody to wake."""
         self.instant = True
+        if alone:
+            return
         self.wake = True
         if self.host_lends:
             self.wake_host = True
@@ -227,6 +231,20 @@ class Policy(Ending):
         ``now`` (a trigger's, trigger.tags) waits for the next instant at that time.
         """
         return self.busy == 0 and not self.pending and (not self.instant or self.next_due() > now)
+
+    def done_alone(self, w: int, now: float) -> bool:
+        """Batch ``w`` from ``take_alone`` goes back (``_put_back``, in short where one update
+        ran, the host woken only for a pause: the caller is the thread that waits for the
+        instant's end); whether the instant at ``now`` has no worker update left: none held,
+        none shared, none due by ``now``, no job on the way: ``quiescent`` where no node is
+        dedicated, which the caller checks."""
+        batch = self.batch[w]
+        if (batch.ran or batch.todo) and not self._back_one(w):
+            self._put_back(w, batch, quiet=False)
+        if self.paused and not self.busy:  # _quiet's wake for a pause: the caller waits for
+            self._wake_host()  # the instant's end itself (NOTE [ an instant run alone ])
+        dues = self.queue.dues
+        return not (self.busy or self.pending or self.shared or (dues and dues[0] <= now))
 
     def fail(self, slot: Slot, error: BaseException) -> None:
         """``slot``'s hook failed with ``error`` (a HookError): the run stops.

@@ -338,18 +338,55 @@ class Lent:
                 self._work(done)
                 return
             except BaseException as exc:  # with the lock held: see the module's _work
-                self._crashes += 1
-                self.exited = self._crashes > 1
-                self._engine.crashed_locked(1, exc, exits=self.exited)
+                self._crashed(exc)
+
+    def run_alone(self, now: float) -> bool:
+        """With the lock held (also when it returns), virtual timer, the instant at ``now``
+        begun and worker 0 the only thread that runs its worker updates (NOTE [ an instant
+        run alone ] in ``_instants``): worker 0's work for it in one take, one run and one
+        put-back, without its loop. Whether the instant's worker updates are over; False:
+        nothing decided here, or some left (``work`` goes on from there)."""
+        if self.exited:
+            return False
+        engine = self._engine
+        policy, lock = engine.policy, engine.lock
+        batch = policy.take_alone(0, now)
+        if batch is None:
+            return False
+        if batch.todo:
+            run = self._runner()
+            lock.release()
+            try:
+                engine.worker_busy[0] += run(batch, now)
+            except BaseException as exc:  # as in work: the batch goes back in ``work``'s loop
+                lock.acquire()
+                self._crashed(exc)
+                return False
+            lock.acquire()
+        over = policy.done_alone(0, now)
+        if policy.wake:
+            engine.deliver()
+        return over
+
+    def _crashed(self, exc: BaseException) -> None:
+        """With the lock held: Mujou's code failed on worker 0 (run.internal-error)."""
+        self._crashes += 1
+        self.exited = self._crashes > 1
+        self._engine.crashed_locked(1, exc, exits=self.exited)
+
+    def _runner(self) -> Callable[[Batch, float], float]:
+        """Worker 0's runner, made the first time the thread works as worker 0."""
+        run = self._run
+        if run is None:
+            engine = self._engine
+            run = self._run = batch_runner(engine, 0)
+            if engine.cpu_clocks is not None:
+                engine.cpu_clocks.register(0)
+        return run
 
     def _work(self, done: Callable[[], bool]) -> None:
         """``work``'s loop: worker 0's (``_work``), with the lock held as there."""
-        engine = self._engine
-        if self._run is None:
-            self._run = batch_runner(engine, 0)
-            if engine.cpu_clocks is not None:
-                engine.cpu_clocks.register(0)
-        if _work(engine, 0, self._run, done):
+        if _work(self._engine, 0, self._runner(), done):
             self.exited = True
 
 

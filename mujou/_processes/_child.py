@@ -346,8 +346,7 @@ class _Commands:
     def instant(self, due: float, crossings: Any = ()) -> Any:
         if crossings:  # the last tag's messages from the others that wake nothing here
             self.member.apply(crossings)
-        crossed, failure = self.member.instant(due)
-        return crossed, failure, self.member.next_due()
+        return self.member.instant(due)
 
     def set_time(self, time: float) -> None:
         self.member.set_time(time)

@@ -126,8 +126,8 @@ class Span:
                 assert self.until is not None
                 member.set_time(self.until)
             return None
-        crossed, self.failure = member.instant(due)
-        self.last, self.sent, self.due = due, crossed, member.next_due()
+        crossed, self.failure, self.due = member.instant(due)
+        self.last, self.sent = due, crossed
         return self.message((crossed, self.failure, self.due))
 
     def take(self, crossings: Sequence[Crossing], ask: int, host_due: float) -> bytes | None:

@@ -62,6 +62,8 @@ class Member:
         self._pipes: list[Pipe] = []  # this process's ends of the wake pipes it writes
         self._members = {id(node) for node in nodes}
         self._lent = False  # the calling thread is lent to the instants for a span (``lend``)
+        # One thread at most runs the worker updates of an instant: one worker, none dedicated.
+        self._single = engine.policy.workers <= 1 and not engine.policy.dedicated
         self._saved_readers: list[tuple[Output[Any], list[Input[Any]]]] = []
         self._saved_sources: list[tuple[Input[Any], Output[Any] | None, Output[Any] | None]] = []
         # Extension points of mujou._hosts: this machine's monotonic clock minus the host's, and
@@ -187,9 +189,10 @@ class Member:
                 self._lent = False
                 lender.end_instants()
 
-    def instant(self, due: float) -> tuple[list[Crossing], Failure | None]:
+    def instant(self, due: float) -> tuple[list[Crossing], Failure | None, float]:
         """Run the tag at ``due`` (every process runs each tag, most with nothing due) and
-        commit it: the messages that cross, and this process's failure if it stopped."""
+        commit it: the messages that cross, this process's failure if it stopped, and its
+        next due time after it (``next_due``, read in the same lock section)."""
         engine = self.engine
         policy, clock = engine.policy, engine.clock
         outbox = self.forwarders.outbox
@@ -204,15 +207,17 @@ class Member:
             lends = lent or (lender is not None and lender.begin_instants())
             try:
                 if not policy.stopping:
-                    engine._start_instant(due)
+                    alone = self._alone(lends)  # NOTE [ an instant run alone ] in _instants
+                    engine._start_instant(due, alone=alone is not None)
+                    if alone is None or not alone(clock.now()):
 
-                    def done() -> bool:  # quiescent() is false while an update is held
-                        return policy.stopping or (not policy.busy and policy.quiescent(clock.now()))
+                        def done() -> bool:  # quiescent() is false while an update is held
+                            return policy.stopping or (not policy.busy and policy.quiescent(clock.now()))
 
-                    if lends and lender is not None:  # host_wait's, without its done() after
-                        lender.lend_instants(done)  # returns once done(), the lock held
-                    else:
-                        engine.host_wait(done)
+                        if lends and lender is not None:  # host_wait's, without its done() after
+                            lender.lend_instants(done)  # returns once done(), the lock held
+                        else:
+                            engine.host_wait(done)
                 if not policy.stopping:
                     engine._commit()
                     if policy.end_instant():
@@ -221,9 +226,24 @@ class Member:
                 if lends and not lent:
                     assert lender is not None
                     lender.end_instants()
+            after = math.inf if stopping_now(policy) else policy.next_due()
         crossed = list(outbox)
         outbox.clear()
-        return crossed, self.failure()
+        return crossed, self.failure(), after
+
+    def _alone(self, lends: bool) -> Callable[[float], bool] | None:
+        """With the lock held: the ``run_alone`` of the calling thread where it is the only one
+        that runs the instant's worker updates (NOTE [ an instant run alone ] in
+        ``_instants``): the host's thread lent to the instants (``lends``) or a process's
+        command thread working as worker 0, with no other worker and no dedicated node."""
+        if not self._single:
+            return None
+        engine = self.engine
+        if lends:
+            assert engine.lender is not None
+            return engine.lender.run_alone
+        worker = engine.lent
+        return worker.run_alone if worker is not None and worker.here() else None
 
     def set_time(self, time: float) -> None:
         """Move the virtual clock to ``time`` (the host's advance ended there)."""
