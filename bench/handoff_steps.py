@@ -18,7 +18,9 @@ before ``send``; ``perf_counter`` reads the same clock on Linux), and where each
 node classes' module, which the sender's process imports too): its ``os.write`` of the
 record returned, the reader's worker woken (``Inbox.receive`` entered, out of its epoll),
 ``Inbox._publish`` (the pipe read, the ring's slot copied and published), ``Inbox._arrived``
-(the update claimed), the hook entered, ``Input.read`` returned. Each wrapper is a Python
+(the update claimed), the hook entered, ``Input.read`` returned; and the sender's worker
+parked (``Parking.wait`` entered), the end of its update: a reader woken on the sender's CPU
+waits for it. Each wrapper is a Python
 call of its own, about 0.5-1 µs run cold: the steps' sum is a little more than the bench's
 p50.
 """
@@ -39,6 +41,7 @@ import torch
 
 import mujou
 from bench.mujou_processes import Handoff, Stamped, Stamper
+from mujou._engine import _threads
 from mujou._processes import _inbox, _wire
 
 SECONDS = 2.0
@@ -93,8 +96,20 @@ def _entered(cls: Any, name: str, step: str) -> None:
     setattr(cls, name, probed)
 
 
+def _parking(wait: Any) -> Any:
+    """``Parking.wait`` stamped as it begins, in the sender's process: the end of its update."""
+
+    def probed(*args: Any) -> Any:
+        _stamp("sender parked")
+        return wait(*args)
+
+    return probed
+
+
 def _install() -> None:
     setattr(_wire, "os", _Os())  # noqa: B010  # the probe: the module's own name for os
+    if multiprocessing.parent_process() is not None:  # the sender's
+        _threads.Parking.wait = _parking(_threads.Parking.wait)  # type: ignore[method-assign]  # the probe
     _entered(_inbox.Inbox, "receive", "woken")
     _after(_inbox.Inbox, "_publish", "published")
     _after(_inbox.Inbox, "_arrived", "claimed")
@@ -114,6 +129,7 @@ class StepsStamper(Stamper):
         message[0] = stamp = time.monotonic()
         _stamps.append(("stamp", stamp))
         self.y.send(message, copy=False)
+        _stamp("send returned")
 
     def on_stop(self) -> None:
         with open(STAMPS.format(self.reader), "w") as file:
@@ -228,6 +244,13 @@ def _report(records: list[dict[str, float]], steps: list[str]) -> None:
             wake = statistics.median([(r["woken"] - r["record written"]) * 1e6 for r in chosen])
             whole = statistics.median([(r["read"] - r["stamp"]) * 1e6 for r in chosen])
             print(f"  {label}: the wake-up {wake:.1f}, the whole {whole:.1f}")
+    tail = [r for r in records if "sender parked" in r and "send returned" in r]
+    if tail:
+        sent = statistics.median([(r["send returned"] - r["record written"]) * 1e6 for r in tail])
+        parked = statistics.median([(r["sender parked"] - r["record written"]) * 1e6 for r in tail])
+        print(
+            f"after its write (p50), the sender's send() returned {sent:.1f}, its worker parked {parked:.1f}"
+        )
 
 
 # -- the wake-ups --------------------------------------------------------------------------------

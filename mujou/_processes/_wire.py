@@ -232,7 +232,7 @@ class Forwarders:
                 pipe.send(name, record, None)
 
         # One reader process (the common case): its pipe's send itself, without a frame of ours.
-        wake = functools.partial(pipes[0].send, name, record, None) if len(pipes) == 1 else wake_all
+        wake = functools.partial(Pipe.send, pipes[0], name, record, None) if len(pipes) == 1 else wake_all
 
         def send(message: Any) -> None:
             nonlocal room
