@@ -18,6 +18,9 @@ regions of each message:
 ids of each side: the ``totals:`` line of ``OUT/cg.PID`` divided by that side's regions is its
 instructions a message (each region includes the two ctypes calls that switch collection, a
 few hundred instructions). ``callgrind_annotate --inclusive=yes OUT/cg.PID`` says where they go.
+With ``HANDOFF_END=park`` in the environment, Mujou's sender's region ends where its worker
+parks (``Parking.wait`` entered) instead of at the wake byte: all of its update after the
+stamp, which a reader woken on the sender's CPU waits for on a busy machine.
 The first ``SKIP`` messages are not counted (the ring's announcement, first records, caches).
 Collection is switched per thread by a client request (``CALLGRIND_TOGGLE_COLLECT``) from a
 small C helper this script compiles once with ``cc`` (valgrind's headers needed).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -39,10 +43,13 @@ import torch
 
 import mujou
 from bench.mujou_processes import Handoff, Stamped, Stamper
+from mujou._engine import _threads
 from mujou._processes import _inbox, _wire
 
 SKIP = 20  # messages not counted at the start
 PERIOD = 0.06  # seconds between messages: each hand-off alone, even run 50 times slower on a busy machine
+# Where the sender's region ends: "write" (its record's os.write), or "park" (its worker's wait).
+END = os.environ.get("HANDOFF_END", "write")
 SETTLED = 0.03  # seconds a woken reader waits before it counts (``_Poll.poll``)
 
 _SOURCE = r"""
@@ -124,14 +131,25 @@ class _Os:
 
     @staticmethod
     def write(fd: int, data: Any) -> int:
-        off()
+        if END == "write":
+            off()
         return os.write(fd, data)
 
 
+def _parking(wait: Any) -> Any:
+    def probed(*args: Any) -> Any:
+        off()
+        return wait(*args)
+
+    return probed
+
+
 def _install() -> None:
-    """Put the probes in: a gate's epoll, and the write of a record."""
+    """Put the probes in: a gate's epoll, and the write of a record (or the sender's wait)."""
     _inbox.ListeningGate.__init__ = _probed_gate_init  # type: ignore[method-assign]  # the probe
     setattr(_wire, "os", _Os())  # noqa: B010  # the probe: the module's own name for os
+    if END == "park" and multiprocessing.parent_process() is not None:  # the sender's process
+        _threads.Parking.wait = _parking(_threads.Parking.wait)  # type: ignore[method-assign]  # the probe
 
 
 class ProbedStamper(Stamper):
@@ -152,7 +170,8 @@ class ProbedStamper(Stamper):
         if counted:
             on()
         self.y.send(message, copy=False)
-        off()  # where no record was written
+        if END == "write":
+            off()  # where no record was written
 
 
 class ProbedStamped(Stamped):
@@ -187,7 +206,7 @@ def run_mujou(nbytes: int, count: int) -> None:
         deadline = time.monotonic() + 60.0 + count * PERIOD * 60
         while time.monotonic() < deadline and (not net.reader.keys or net.reader.keys[-1] < count - 1):
             run.sleep(0.1)
-        pids = [child.pid for child in __import__("multiprocessing").active_children()]
+        pids = [child.pid for child in multiprocessing.active_children()]
     reader = net.reader
     assert isinstance(reader, ProbedStamped)
     print(

@@ -322,6 +322,8 @@ def test_a_record_taken_before_its_write_is_done_publishes_the_message_once_done
         taken = threading.Event()
 
         def wake() -> None:  # the record, then the copy only once the thread found it begun
+            if taken.is_set():  # again, once done (the reader gave up waiting: _WAITING): no
+                return  # record this time, the thread is to look again by itself
             w.pipe.send("y", w.record, None)
             deadline = time.monotonic() + HANG_GUARD
             while not w.box._unsettled and time.monotonic() < deadline:

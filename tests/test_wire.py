@@ -244,3 +244,28 @@ def test_a_fresh_publish_frees_the_message_it_replaced_only_once_dropped() -> No
     assert gone() is not None  # replaced, kept
     standins.drop_replaced()
     assert gone() is None
+
+
+def test_a_rings_copy_is_published_as_any_fresh_message() -> None:
+    """``publish_copy`` (the inbox's hot path: a bare CPU tensor copied out of a ring) leaves
+    on the stand-in what ``publish(fresh=True)`` does: the same numbers across skipped and
+    repeated sender numbers and a restart, version 0, the bare-CPU fact, the watchers called,
+    the replaced message kept until dropped (planted: a step of 1 for every message: the
+    numbers after a skip differ)."""
+    general, hot = Standins(["y"]), Standins(["y"])
+    seen: dict[str, list[torch.Tensor]] = {"general": [], "hot": []}
+    general.ports["y"]._watchers = (seen["general"].append,)
+    hot.ports["y"]._watchers = (seen["hot"].append,)
+    for step, number in enumerate([1, 2, 5, 5, 4, 9, 1]):
+        if step == 6:
+            general.restart_numbers()
+            hot.restart_numbers()
+        message = torch.full((3,), float(step))
+        general.publish(None, "y", message, None, stamp=float(step), number=number, fresh=True)
+        port = hot.publish_copy(hot.ports["y"], "y", message, float(step), number)
+        assert port is hot.ports["y"]
+        assert hot.ports["y"]._latest == general.ports["y"]._latest
+        assert hot._replaced == general._replaced
+    assert seen["hot"] == seen["general"]
+    latest = hot.ports["y"]._latest
+    assert latest is not None and latest[4] == 13

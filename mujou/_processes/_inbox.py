@@ -386,7 +386,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._engine._arrivals import sent_arrived
 from .._engine._update import batch_runner
@@ -397,6 +397,7 @@ if TYPE_CHECKING:
     from .._engine import Engine
     from .._engine._batches import Batch
     from .._port import _Port
+    from .._ports import Output
 
 _FRAME = struct.Struct("!i")  # as _wire.Pipe frames a record: the length, then the bytes
 _READ = 1 << 16  # bytes read from a pipe at once: many records
@@ -407,10 +408,23 @@ _LONGEST = 3600.0  # seconds: an epoll waits at most this at once (its limit is 
 _RECHECK = 0.001  # seconds between the thread's looks at a write whose record came before it finished
 
 
+class _Output:
+    """One output of a sender process, as this process takes its records: its ring's reader,
+    its stand-in here, and the sender's number of its latest message published."""
+
+    __slots__ = ("name", "published", "reader", "standin")
+
+    def __init__(self, name: str, reader: RingReader, standin: Output[Any]) -> None:
+        self.name = name
+        self.reader = reader
+        self.standin = standin
+        self.published = 0
+
+
 class _Inbound:
     """One sender process's wake pipe, as this process reads it (under ``lock``)."""
 
-    __slots__ = ("buffer", "closed", "connection", "fd", "lock", "published", "readers")
+    __slots__ = ("buffer", "closed", "connection", "fd", "lock", "outputs", "routes")
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
@@ -419,8 +433,10 @@ class _Inbound:
         self.lock = threading.Lock()
         self.buffer = b""  # bytes of a frame not complete yet
         self.closed = False
-        self.readers: dict[str, RingReader] = {}  # this sender's outputs' rings
-        self.published: dict[str, int] = {}  # the number of the latest message published, by output
+        self.outputs: dict[str, _Output] = {}  # this sender's outputs with a ring, by name
+        # A framed record of one of them: the output. One read that gets exactly such a record
+        # (the hot path: one message since the last look) is taken with one lookup here.
+        self.routes: dict[bytes, _Output] = {}
 
 
 class Inbox:
@@ -445,7 +461,7 @@ class Inbox:
         self._wake = -1  # the thread's eventfd (LISTENING), written to make it look again
         # Outputs whose newest write had begun and not finished when a record of it was taken
         # (NOTE [ the wake before the copy ] in _ring): the thread looks at them again.
-        self._unsettled: set[tuple[_Inbound, str]] = set()
+        self._unsettled: set[tuple[_Inbound, _Output]] = set()
         self._thread = threading.Thread(target=self._main, name="mujou-ports-in", daemon=True)
 
     def start(self) -> None:
@@ -511,9 +527,9 @@ class Inbox:
                     return None  # another reader took what there was
                 # The hot path: the read took the pipe's one record, of an output seen before
                 # (NOTE [ the hand-off between processes ]): one lookup, one publish.
-                name = None if inbound.buffer else self._framed.get(chunk)
-                if name is not None and len(chunk) < _READ and not self._stopped:
-                    port = self._publish(inbound, name)
+                output = None if inbound.buffer or self._stopped else inbound.routes.get(chunk)
+                if output is not None:
+                    port = self._publish(inbound, output)
                     woken: Sequence[_Port] = (port,) if port is not None and port._wakes else ()
                 else:
                     woken = []
@@ -537,11 +553,11 @@ class Inbox:
         now is left to the next wait."""
         self.standins.drop_replaced()
         for inbound in self._inbound.values():
-            if inbound.closed or not inbound.readers or not inbound.lock.acquire(blocking=False):
+            if inbound.closed or not inbound.outputs or not inbound.lock.acquire(blocking=False):
                 continue
             try:
-                for reader in inbound.readers.values():
-                    reader.prepare()
+                for output in inbound.outputs.values():
+                    output.reader.prepare()
             finally:
                 inbound.lock.release()
 
@@ -558,6 +574,9 @@ class Inbox:
             name = None if inbound.buffer or self._stopped else self._framed.get(chunk)
             if name is not None:  # whole records, one seen before
                 names[name] = None
+                output = inbound.outputs.get(name)
+                if output is not None and len(chunk) < _READ:  # exactly one: the next such read
+                    inbound.routes[chunk] = output  # takes the hot path
             else:
                 data = inbound.buffer + chunk if inbound.buffer else chunk
                 at, end = 0, len(data)
@@ -592,11 +611,11 @@ class Inbox:
             return  # it closed this pipe (its part of the run ended): its end comes next
         if unpickled[0] == "announce":
             _, name, announce = unpickled
-            reader = inbound.readers.get(name)
-            if reader is None:
-                inbound.readers[name] = RingReader(announce)
+            output = inbound.outputs.get(name)
+            if output is None:
+                inbound.outputs[name] = _Output(name, RingReader(announce), self.standins.ports[name])
             else:
-                reader.reannounce(announce)
+                output.reader.reannounce(announce)
             return
         (name,) = unpickled
         self._names[record] = name
@@ -607,46 +626,46 @@ class Inbox:
         """Publish the newest slot of each of ``names``, unless it is out already (or its ring
         never came: its sender took the announcement's descriptor back as it ended)."""
         for name in names:
-            port = self._publish(inbound, name)
+            output = inbound.outputs.get(name)
+            if output is None:
+                continue  # its ring never came
+            port = self._publish(inbound, output)
             if port is not None and port._wakes:
                 woken.append(port)
 
-    def _publish(self, inbound: _Inbound, name: str, patience: float = SETTLE) -> _Port | None:
-        """Publish the newest slot of output ``name``; its stand-in, or None where nothing
-        was published (``_publish_all``, for one output). A write of it begun and not done
-        after ``patience`` seconds is looked at again later (``_unsettled``)."""
-        reader = inbound.readers.get(name)
-        if reader is None:
-            return None
+    def _publish(self, inbound: _Inbound, output: _Output, patience: float = SETTLE) -> _Port | None:
+        """Publish the newest slot of ``output``; its stand-in, or None where nothing was
+        published. A write of it begun and not done after ``patience`` seconds is looked at
+        again later (``_unsettled``)."""
+        reader = output.reader
         got = reader.latest(patience)
         if reader.unsettled:
-            self._unsettle(inbound, name)
+            self._unsettle(inbound, output)
         if got is None:
             return None
         number, stamp, tensors = got
-        if number <= inbound.published.get(name, 0):
+        if number <= output.published:
             return None  # published already, by an earlier record that found it newest
-        inbound.published[name] = number
-        if reader.structured:
-            rest = unpacked_rest(tensors.pop())
-            message, nest = joined(tensors, rest)
-        else:
-            message, nest = tensors[0], None
+        output.published = number
         if self.engine.ended or self._stopped:
             return None
-        # A ring's copy, made for this message and changed by no one: its version is 0
-        # (no torch call for it on the reader's path).
-        return self.standins.publish(None, name, message, nest, stamp=stamp, number=number, fresh=True)
+        # A ring's copy, made for this message and changed by no one (no torch call for it on
+        # the reader's path).
+        if not reader.structured:
+            return self.standins.publish_copy(output.standin, output.name, tensors[0], stamp, number)
+        rest = unpacked_rest(tensors.pop())
+        message, nest = joined(tensors, rest)
+        return self.standins.publish(None, output.name, message, nest, stamp=stamp, number=number, fresh=True)
 
-    def _unsettle(self, inbound: _Inbound, name: str) -> None:
-        """Output ``name``'s newest write had begun and not finished (NOTE [ the wake before
+    def _unsettle(self, inbound: _Inbound, output: _Output) -> None:
+        """``output``'s newest write had begun and not finished (NOTE [ the wake before
         the copy ] in ``_ring``): its writer sends its records again once done, as the reader
         asked, but may miss that request by a hair, so the thread also looks at it every
         ``_RECHECK`` seconds until it is published. A worker that took the record wakes the
         thread for it (``receive``); the thread itself looks before it waits again, so it
         never wakes itself: no busy loop while a writer stays stopped."""
         with self._polls_lock:
-            self._unsettled.add((inbound, name))
+            self._unsettled.add((inbound, output))
 
     def _tell_thread(self) -> None:
         """Make the thread look again now (at ``_unsettled``, at its pipes)."""
@@ -660,12 +679,12 @@ class Inbox:
         with self._polls_lock:
             unsettled = list(self._unsettled)
             self._unsettled.clear()
-        for inbound, name in unsettled:
+        for inbound, output in unsettled:
             try:
                 with inbound.lock:
                     if inbound.closed:
                         continue
-                    port = self._publish(inbound, name, 0.0)
+                    port = self._publish(inbound, output, 0.0)
                 if port is not None and port._wakes:
                     self._arrived((port,), None)
             except BaseException as exc:
@@ -727,9 +746,10 @@ class Inbox:
             for poll in self._polls:
                 with contextlib.suppress(OSError, ValueError):  # not in it: no epoll here
                     poll.unregister(inbound.fd)
-        for reader in inbound.readers.values():
-            reader.close()
-        inbound.readers.clear()
+        for output in inbound.outputs.values():
+            output.reader.close()
+        inbound.outputs.clear()
+        inbound.routes.clear()
         inbound.connection.close()
         self._tell_thread()
 

@@ -653,12 +653,16 @@ class RingReader:
             raise RuntimeError("the ring reader is closed")
         words = ring.words
         started = words[_STARTED]
-        self.unsettled = started > words[_DONE] and not _settle(words, started, patience)
+        done = words[_DONE]
+        if started > done:
+            self.unsettled = not _settle(words, started, patience)
+            done = words[_DONE]
+        elif self.unsettled:
+            self.unsettled = False
         slots = ring.slots
         spare = self._spare
         tries = 0
         while True:
-            done = words[_DONE]
             if done == 0:
                 return None
             if _READ_FENCED:
@@ -688,6 +692,7 @@ class RingReader:
                 return None
             if tries >= _SPINS_BEFORE_YIELD:
                 time.sleep(0)
+            done = words[_DONE]
 
     def close(self) -> None:
         """Drop this reader's references to the ring."""

@@ -19,6 +19,7 @@ sender's messages, skipped ones included, so ``coalesced`` counts them as in one
 from __future__ import annotations
 
 import ctypes
+import functools
 import io
 import os
 import pickle
@@ -151,6 +152,22 @@ class Standins:
             engine.arrived(port)
         return port
 
+    def publish_copy(
+        self, port: Output[Any], name: str, message: torch.Tensor, stamp: float, number: int
+    ) -> Output[Any]:
+        """``publish`` for a bare tensor a ring's reader copied out (``_inbox``, its hot path):
+        ``port`` is stand-in ``name``; the tensor is fresh and on the CPU, its version 0 (no
+        torch call for either); the caller wakes the triggered readers."""
+        sent = self._sent
+        before = sent.get(name)
+        sent[name] = number
+        step = 1 if before is None or number <= before else number - before
+        latest = self._replaced = port._latest
+        port._latest = (message, 0, None, stamp, step if latest is None else latest[4] + step, True)
+        for watcher in port._watchers:
+            watcher(message)
+        return port
+
     def drop_replaced(self) -> None:
         """Free the message the last fresh publish replaced (unless another replaced it)."""
         self._replaced = None
@@ -210,9 +227,12 @@ class Forwarders:
         record = _framed(pickle.dumps((name,), protocol=pickle.HIGHEST_PROTOCOL))
         room = 0  # the room for a nest's rest in the slots of the ring written now
 
-        def wake() -> None:
+        def wake_all() -> None:
             for pipe in pipes:
                 pipe.send(name, record, None)
+
+        # One reader process (the common case): its pipe's send itself, without a frame of ours.
+        wake = functools.partial(Pipe.send, pipes[0], name, record, None) if len(pipes) == 1 else wake_all
 
         def send(message: Any) -> None:
             nonlocal room
