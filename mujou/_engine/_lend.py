@@ -8,8 +8,10 @@ Guarantees:
   and the node held meanwhile, so its hooks stay exclusive (threads.hooks-exclusive); or, under
   the virtual timer, inside a host call that moves the time (``Instants.advance``), one host
   thread at a time, the worker updates of each instant as a worker takes them
-  (``Workers.take_instant_for_host``). No job (``on_start``, ``on_stop``, ``state_dict``,
-  ``load_state_dict``) and no dedicated node's hook.
+  (``Workers.take_instant_for_host``; all at once, ``Workers.take_alone``, where the thread
+  is the only one that runs them: ``run_alone``, NOTE [ an instant run alone ] in
+  ``_instants``). No job (``on_start``, ``on_stop``, ``state_dict``, ``load_state_dict``) and
+  no dedicated node's hook.
 - Under the real-time timer, the thread that receives the messages from another host runs the
   update a message made due the same way (``received``; hosts.receiver-runs-updates). One
   thread at a time runs the update ``take_for_host`` gives (``_busy``): they share its batch.
