@@ -1,32 +1,38 @@
-"""Instructions an update of the fleet costs, under callgrind: bench's fleet (N ring nodes,
-period 10 ms, one worker) on Mujou or on the plain heap pool, the instrumentation switched on
-in node 0's update ``ON`` and off in its update ``ON + ROUNDS`` (a two-line C helper with
-``CALLGRIND_START_INSTRUMENTATION`` and ``CALLGRIND_STOP_INSTRUMENTATION``, through ctypes),
-so that it counts ``ROUNDS`` rounds of the ring, about ``ROUNDS`` × N updates:
+"""Instructions and cache misses an update of the fleet costs, under callgrind: bench's
+fleet (N ring nodes, one worker) on Mujou or on the plain heap pool, counted from node 0's
+update ``ON`` to its update ``ON + ROUNDS``, about ``ROUNDS`` × N updates:
 
-    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=OUT/cg.%p \\
+    valgrind --tool=callgrind --instr-atstart=no --cache-sim=yes --I1=32768,8,64 \\
+      --D1=32768,8,64 --LL=1048576,8,64 --callgrind-out-file=OUT/cg.%p \\
       python -m bench.fleet_callgrind mujou 1000
 
-(``heap_pool`` for the pool) prints the updates counted; the ``totals:`` line of ``OUT/cg.PID``
-divided by them is the figure. Read where they go with ``callgrind_annotate --inclusive=yes``
-(NOTE [ the cost of an update ] in ``mujou/_engine/_update.py`` quotes the figures). Under
-callgrind every update runs late, so both systems take their skip path at every update.
+(``heap_pool`` for the pool; ``bench._callgrind.CACHES``: this machine's caches; without
+``--cache-sim=yes`` and the sizes, the instructions alone) prints the updates counted and the
+figures of one update: the instructions, and the misses of the first-level caches and of the
+last level (a core's L2, 1 MiB), which the updates of 1,000 nodes in a row overflow. The
+instrumentation goes on at node 0's update ``ON - 1`` (a round before the count, so the
+caches are as a round leaves them), and the regions are marked by dumps
+(``bench._callgrind``), which the script reads back. Read where the counts go with
+``callgrind_annotate --inclusive=yes`` on the dump whose ``desc: Trigger:`` line ends in
+``region`` (NOTEs [ the cost of an update ] and [ the memory an update touches ] in
+``mujou/_engine/_update.py`` quote the figures). At the bench's 10 ms period every update
+runs late under callgrind, so both systems take their skip path at every update; see
+``PERIOD``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 
 import torch
 
-ON = 3  # node 0's update that switches the instrumentation on (the first ones are cold)
+from bench import _callgrind
+
+ON = 3  # node 0's update at which the count starts (the first rounds are cold)
 # The nodes' period in seconds. Under callgrind an update takes about a millisecond, so at the
 # bench's 10 ms every update is late and skips, and which ones fall due together (the
 # batches, their put-backs) changes from run to run with the timing: counts spread by 2-3 %.
@@ -38,29 +44,13 @@ ROUNDS = int(os.environ.get("ROUNDS", "2"))  # rounds of the ring counted
 # 1.5k instructions an update), so A/B comparisons are steadier without it.
 COLLECT = os.environ.get("GC", "1") != "0"
 
-_HELPER = """
-#include <valgrind/callgrind.h>
-void cg_on(void) { CALLGRIND_START_INSTRUMENTATION; }
-void cg_off(void) { CALLGRIND_STOP_INSTRUMENTATION; }
-"""
-
-
-def _toggles() -> tuple[Callable[[], None], Callable[[], None]]:
-    """The helper's two calls, compiled into a temporary directory."""
-    folder = tempfile.mkdtemp(prefix="fleet-cg-")
-    source, library = os.path.join(folder, "cg.c"), os.path.join(folder, "cg.so")
-    with open(source, "w") as file:
-        file.write(_HELPER)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", library, source], check=True)
-    helper = ctypes.CDLL(library)
-    return helper.cg_on, helper.cg_off
-
 
 class Counted:
-    """Switches callgrind on and off from node 0's updates and counts the updates between."""
+    """Marks the counted rounds from node 0's updates and counts the updates between."""
 
     def __init__(self, total: Callable[[], int]) -> None:
-        self.on, self.off = _toggles()
+        cg = _callgrind.helper()
+        self.instrument, self.gap, self.region = cg.cg_instrument, cg.cg_gap, cg.cg_region
         self.total = total
         self.seen = 0
         self.began = 0
@@ -69,13 +59,15 @@ class Counted:
     def tick(self) -> None:
         """Called at the start of node 0's update."""
         self.seen += 1
-        if self.seen == ON:
+        if self.seen == ON - 1:
+            self.instrument()
+        elif self.seen == ON:
             self.began = self.total()
             if not COLLECT:
                 gc.disable()
-            self.on()
+            self.gap()
         elif self.seen == ON + ROUNDS:
-            self.off()
+            self.region()
             gc.enable()
             self.updates = self.total() - self.began
 
@@ -125,7 +117,8 @@ def _heap_pool(n: int) -> int:
 def main(system: str, n: int) -> None:
     torch.set_num_threads(1)
     updates = {"mujou": _mujou, "heap_pool": _heap_pool}[system](n)
-    print("UPDATES", updates, "PID", os.getpid())
+    print(f"{system}: {updates} updates counted; one update:")
+    print(_callgrind.summary(_callgrind.dumps(os.getpid()), per=updates))
 
 
 if __name__ == "__main__":

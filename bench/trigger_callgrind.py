@@ -1,41 +1,42 @@
-"""Instructions from a send to the start of the update it triggers, under callgrind: bench's
-trigger-latency net (a periodic sender, a node triggered by it, one worker), or the plain
-pool's (``--pool``), with a slow sender so that the triggered update runs before the sender
-is due again (switching the instrumentation on flushes callgrind's translations: the path runs
-slowly the first time after each switch).
+"""Instructions and cache misses from a send to the start of the update it triggers, under
+callgrind: bench's trigger-latency net (a periodic sender, a node triggered by it, one
+worker), or the plain pool's (``--pool``), with a slow sender so that the triggered update
+runs before the sender is due again.
 
-    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=OUT/cg.%p \\
+    valgrind --tool=callgrind --instr-atstart=no --cache-sim=yes --branch-sim=yes \\
+      --I1=32768,8,64 --D1=32768,8,64 --LL=1048576,8,64 --callgrind-out-file=OUT/cg.%p \\
       python -m bench.trigger_callgrind [--pool | --send] [SENDS]
 
-The instrumentation goes on just after the sender's time stamp (before ``send``, or the
-pool's ``trigger``) and off at the triggered hook's first line, and each send's count is
-dumped on its own (``CALLGRIND_DUMP_STATS``): the script prints the median of the dumps'
-totals (the first few dropped: the path's first runs) and their spread. Each count holds the
-two ctypes calls that switch callgrind, both sides alike. ``--send``: Mujou's send alone,
-the instrumentation off as it returns in the sender's hook. A small C helper with the
-``valgrind/callgrind.h`` macros is compiled with ``cc`` into a temporary directory.
+(``bench._callgrind.CACHES``: this machine's caches; ``PAGES`` for pages as lines; without
+the simulators' options, the instructions alone.) The instrumentation goes on once, at the
+sender's first update, and stays on; each later send is a region, from just after the
+sender's time stamp (before ``send``, or the pool's ``trigger``) to the triggered hook's
+first line, marked by dumps (``bench._callgrind``): the script prints the median of the
+regions' counts (the first few dropped: the path's first runs) and their spread. Each
+region holds the ends of the two ctypes calls that mark it, both sides alike. ``--send``:
+Mujou's send alone, the region ending as it returns in the sender's hook.
+
+The caches are emptied (``bench._callgrind``'s ``flush``, not counted) at the end of each
+triggered update, as the worker goes back to wait for the sender: a stand-in for the other
+work that runs on the core while the worker sleeps a millisecond in the bench. What runs
+from there to the send (the wait, the wake-up, the sender's update up to its send) warms
+what it touches, as it does in the bench; so the misses counted are those of the path
+itself. ``FLUSH=send``: the caches emptied just before each send instead (every line the
+path touches is a miss: the memory the path touches); ``FLUSH=0``: not emptied (the path
+run warm, as in a loop).
 """
 
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sized
 
 import torch
 
-_HELPER = r"""
-#include <valgrind/callgrind.h>
-void cg_on(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
-void cg_off(void) { CALLGRIND_STOP_INSTRUMENTATION; }
-void cg_dump(void) { CALLGRIND_DUMP_STATS; }
-"""
+from bench import _callgrind
 
 # Seconds: the triggered update runs well before the sender is due again, also on a loaded
 # machine (at 0.2 s and load 8, most sends counted the sender's next update as well).
@@ -43,15 +44,9 @@ SENDER_PERIOD = 1.0
 LOOK = 3.037  # seconds: the host looks this often, out of step with the sender (not counted)
 SKIP = 10  # the first sends' dumps, dropped: CPython 3.11 specializes a function after 8 calls
 SEND_ONLY = "--send" in sys.argv  # Mujou: off as the send returns, in the sender's hook
-
-
-def _helper(directory: str) -> ctypes.CDLL:
-    source = os.path.join(directory, "cg.c")
-    with open(source, "w") as file:
-        file.write(_HELPER)
-    library = os.path.join(directory, "cg.so")
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, source], check=True)
-    return ctypes.CDLL(library)
+# Where the caches are emptied: "end", at the end of each triggered update; "send", just
+# before each send (the whole path cold); "0", nowhere.
+FLUSH = os.environ.get("FLUSH", "end")
 
 
 def _wait(starts: Sized, sends: int, sleep: Callable[[float], object]) -> None:
@@ -62,31 +57,60 @@ def _wait(starts: Sized, sends: int, sleep: Callable[[float], object]) -> None:
         sleep(LOOK)
 
 
-def _mujou(sends: int, cg: ctypes.CDLL) -> None:
+class _Switches:
+    """The helper's calls around each send: ``sending`` before it, ``started`` at the
+    triggered hook's first line, ``done`` at its end: the caches emptied there."""
+
+    def __init__(self, cg: ctypes.PyDLL) -> None:
+        self.gap, self.region = cg.cg_gap, cg.cg_region
+        self.instrument, self.flush = cg.cg_instrument, cg.cg_flush
+        self.instrumented = False
+        self.counting = False
+
+    def sending(self) -> None:
+        if not self.instrumented:  # once, a send before the first counted
+            self.instrumented = True
+            self.instrument()
+            return
+        self.counting = True
+        if FLUSH == "send":
+            self.flush()
+        self.gap()
+
+    def started(self) -> None:
+        if self.counting:
+            self.region()
+            self.counting = False
+
+    def done(self) -> None:
+        if FLUSH == "end" and self.instrumented:
+            self.flush()
+
+
+def _mujou(sends: int, cg: _Switches) -> None:
     import mujou
     from bench import mujou_system
     from bench._common import Events
-
-    on, off, dump = cg.cg_on, cg.cg_off, cg.cg_dump
 
     class Sender(mujou_system.Sender):
         def on_update(self, dt: float) -> None:
             sent = self.events.sent
             message = torch.full((1,), float(len(sent)))
             sent.append(time.perf_counter())
-            on()
+            cg.sending()
             self.y.send(message, copy=False)
             if SEND_ONLY:
-                off()
-                dump()
+                cg.started()
+                cg.done()
 
     class Reader(mujou_system.Reader):
         def on_update(self, dt: float) -> None:
             if not SEND_ONLY:
-                off()
-                dump()
+                cg.started()
             self.events.starts.append(time.perf_counter())
             self.messages.append(self.x.read())
+            if not SEND_ONLY:
+                cg.done()
 
     events = Events()
     net = mujou_system.Chain(Sender(SENDER_PERIOD, events), 1, Reader(events))
@@ -94,10 +118,9 @@ def _mujou(sends: int, cg: ctypes.CDLL) -> None:
         _wait(events.sent if SEND_ONLY else events.starts, sends, run.sleep)
 
 
-def _pool(sends: int, cg: ctypes.CDLL) -> None:
+def _pool(sends: int, cg: _Switches) -> None:
     from bench.baselines.heap_pool import Pool
 
-    on, off, dump = cg.cg_on, cg.cg_off, cg.cg_dump
     sent: list[float] = []
     starts: list[float] = []
     boxes: list[object] = [None]
@@ -107,15 +130,15 @@ def _pool(sends: int, cg: ctypes.CDLL) -> None:
     def send(due: float) -> None:
         k = len(sent)
         sent.append(perf_counter())
-        on()
+        cg.sending()
         boxes[0] = k
         pool.trigger(1)
 
     def record(due: float) -> None:
-        off()
-        dump()
+        cg.started()
         starts.append(perf_counter())
         boxes.append(boxes[0])  # read, as the bench's record does
+        cg.done()
 
     pool = Pool([(SENDER_PERIOD, send), (None, record)])
     pool.start()
@@ -127,23 +150,12 @@ def main(argv: list[str]) -> None:
     pool = "--pool" in argv
     numbers = [int(arg) for arg in argv if arg.isdigit()]
     sends = numbers[0] if numbers else 30
-    with tempfile.TemporaryDirectory() as directory:
-        cg = _helper(directory)
-        (_pool if pool else _mujou)(sends, cg)
-    pid = os.getpid()
-    totals = []
-    for path in glob.glob(f"*.{pid}.*") + glob.glob(f"*/*.{pid}.*"):  # the dumps: OUT.PID.N
-        with open(path) as file:
-            for line in file:
-                if line.startswith("totals:"):
-                    totals.append((int(path.rsplit(".", 1)[1]), int(line.split()[1])))
-                    break
-    counts = [count for _, count in sorted(totals)][SKIP:]
-    if counts:
+    (_pool if pool else _mujou)(sends, _Switches(_callgrind.helper()))
+    regions = _callgrind.dumps(os.getpid())[SKIP:]
+    if regions:
         name = "pool" if pool else "mujou"
-        median, least, most = statistics.median(counts) / 1000, min(counts) / 1000, max(counts) / 1000
-        print(f"{name}: {len(counts)} sends, median {median:.1f}k instructions", end="")
-        print(f", min {least:.1f}k, max {most:.1f}k")
+        print(f"{name}: {len(regions)} sends, caches emptied: {FLUSH}")
+        print(_callgrind.summary(regions))
     else:
         print("no dumps found (run it under valgrind --tool=callgrind --instr-atstart=no)")
 

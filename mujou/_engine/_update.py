@@ -248,6 +248,63 @@ declared on the class is an instance of a mutable class, which CPython 3.11 does
 specialize ``LOAD_ATTR`` past (43 ns against 24 ns for ``self.w``); a class attribute of an
 immutable type that is not a data descriptor would, but then ``node.y = ...`` would no longer
 raise (ports.declare) without a ``__setattr__`` that slows every store.
+
+NOTE [ the memory an update touches ]: issue 24's trigger-to-start and fleet targets are met in
+instructions (above) but not in time, and the time left was put down to cold caches. Counted
+with callgrind's cache and branch simulators, which a busy machine does not change: the
+harnesses ``bench/trigger_callgrind.py`` and ``bench/fleet_callgrind.py`` (their docstrings
+give the command lines; ``bench/_callgrind.py``: this machine's caches, 32 KiB L1s and the 1
+MiB L2 as the last level, and the flush that empties them and the branch predictors, not
+counted). The trigger's path (send to the triggered hook, a 1 s sender, medians of sends
+11-20) with the caches and predictors emptied at the end of each triggered update, so that
+the wake-up and the sender's update warm what they touch as in the bench (``FLUSH=end``;
+``--branch-sim=yes``; ``setarch -R``, ``PYTHONHASHSEED=0``), at 5ddbd5d, beside the plain pool
+(the harness now marks each send by dumps instead of switching the instrumentation, and counts
+0.2-0.4k instructions more on both sides than NOTE [ the send that lodges ] in ``_lodge``
+quotes, 18.4k and 16.5k there):
+
+=========================  ===========  ===========
+per send                   Mujou        plain pool
+=========================  ===========  ===========
+instructions               18.57k       16.89k
+L1 instruction misses      547          561
+L1 data misses             480          234
+L2 misses, code + data     28 + 129     95 + 96
+branches mispredicted      189          91
+indirect jumps mispred.    411          305
+bytecodes (a line tracer)  426          212
+=========================  ===========  ===========
+
+With every cache emptied just before the send (``FLUSH=send``: each line the path touches is
+a miss), the lines touched are 514 + 492 (code + data) against the pool's 506 + 343: 1.18x;
+with pages for lines (``_callgrind.PAGES``, the TLBs' stand-in; ``FLUSH=end``), 115 + 249
+pages missed at the first level against 69 + 225, and 1 + 23 at the second against 8 + 28. So the memory the path touches is not what makes the 1.8x in time (the pool's p50 2.5-3.6
+us, Mujou's 6.3-9.1 us with the sender at 1 ms): after the wake-up Mujou even misses the L2
+less than the pool (its wake and the sender's update warm what the path reuses). What is
+about 2x is the first level and the predictors, which the interpreter's work per bytecode
+fills: the data misses (2.05x), the mispredicted branches (2.1x) and the bytecodes (2.0x:
+the runner 247 from the sender's hook's end to the next hook, ``send`` 88, the lodge 69;
+the pool's loop 118, its ``trigger`` 44 and the ``Condition``'s methods 38), each dispatched
+through an indirect jump that is mispredicted when cold. The fleet at N = 1,000 (``PERIOD=8
+GC=0``, 2,000 updates; every update's working set overflows the L1s) per update: Mujou 40.34k
+instructions, 2,008 L1 instruction misses, 967 L1 data misses, 73.5 L2 data misses; the pool
+34.24k, 1,945, 742, 52.4. At about 14 cycles an L2 hit and 50 an L3 hit, the 224 extra L1
+data misses cost about 1 us, the 21 L2 misses 0.35 us, the 6.1k instructions about 1 us: the
+2.5 us between the two systems' CPU per update (8.0 against 5.5 us), with no one cause.
+
+Tried, counted, and dropped (each within the counts' spread of run to run, about 10 L1 data
+misses a send and 1 an update, or worse): the fields each update reads first in the
+``__slots__`` of ``Slot``, ``NodeCore`` and the ports (so that an update touches two lines
+of a slot instead of five): 480 L1 data misses a send, 483 after; the fleet 966.7 and 969.1,
+73.5 and 73.3 L2 misses. The lodge's closure as one object with ``__slots__`` (a closure keeps
+each free variable in a cell of its own): 10 L1 data misses and 12 data lines fewer, but 150
+instructions and 22 bytecodes more (``self.`` and an attribute for each cell). The lateness
+ring written through its array instead of the memoryview: the fleet's L2 misses 73.3 to
+71.7, 160 instructions more. What would remove the difference is fewer bytecodes on the
+path, about 40 % of them for 1.2x: each rule step in Python costs a few, each a dispatch.
+A compiled runner and compiled ports (``MUJOU_COMPILE=1`` compiles the runner today, not the
+ports or ``_lodge``) dispatch none; or one function from the send to the next hook (the
+lodge's checks, the end of the sender's update and the start of the next), not one per step.
 """
 
 from __future__ import annotations
