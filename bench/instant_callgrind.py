@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import re
 import sys
-import tempfile
 from typing import Any
 
 import torch
 
 import mujou
-from bench.trigger_callgrind import _helper
+from bench._callgrind import helper
 from mujou import Input, Net, Node, Output
 from mujou._engine import Engine, HookThread
 from mujou._processes._member import Member
@@ -69,10 +68,10 @@ def _tags(lent: bool, empty: bool, tags: int, callgrind: Any) -> None:
     due = member.next_due()
     for _ in range(WARM):
         due = member.instant(due)[2]
-    callgrind.cg_on()
+    callgrind.cg_instrument()
     for _ in range(tags):
         due = member.instant(due)[2]
-    callgrind.cg_off()
+    callgrind.cg_instrument_off()
     if not lent:
         member.unlend()
     member.stop()
@@ -85,7 +84,7 @@ def main(argv: list[str]) -> None:
     numbers = [int(arg) for arg in argv if re.fullmatch(r"\d+", arg)]
     tags = numbers[0] if numbers else 300
     torch.set_num_threads(1)
-    callgrind = _helper(tempfile.mkdtemp())
+    callgrind = helper()
     empty = "--empty" in argv
     if side == "process":  # the command thread: a HookThread named as worker 0
         thread = HookThread(target=_tags, args=(True, empty, tags, callgrind), name="mujou-worker-0")

@@ -278,7 +278,8 @@ bytecodes (a line tracer)  426          212
 With every cache emptied just before the send (``FLUSH=send``: each line the path touches is
 a miss), the lines touched are 514 + 492 (code + data) against the pool's 506 + 343: 1.18x;
 with pages for lines (``_callgrind.PAGES``, the TLBs' stand-in; ``FLUSH=end``), 115 + 249
-pages missed at the first level against 69 + 225, and 1 + 23 at the second against 8 + 28. So the memory the path touches is not what makes the 1.8x in time (the pool's p50 2.5-3.6
+pages missed at the first level against 69 + 225, and 1 + 23 at the second against 8 + 28.
+So the memory the path touches is not what makes the 1.8x in time (the pool's p50 2.5-3.6
 us, Mujou's 6.3-9.1 us with the sender at 1 ms): after the wake-up Mujou even misses the L2
 less than the pool (its wake and the sender's update warm what the path reuses). What is
 about 2x is the first level and the predictors, which the interpreter's work per bytecode
