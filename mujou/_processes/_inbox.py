@@ -417,11 +417,10 @@ header and the record), and the engine's claim and start of the update for a rec
 message in one call; on a busy machine, also less for the sender's worker to do after its
 hook before it parks: with ``HANDOFF_END=park`` the harness counts the sender from its stamp
 to its worker's wait at 47,013 instructions, 32,600 of them after its write, of which
-torch's ``copy_`` of the 256 B into the slot 7,040 (a ctypes ``memmove`` with the three
-checks it needs takes 0.6 µs warm against ``copy_``'s 1.0-1.2; run cold, NOTE [ the plain
-path ] in ``_ring`` found it slower, and with a sleep of 1 ms and a walk over 16 MB before
-each, 300 of each alternated at load 7, 35.9 against 49.4 µs p50, 28.5 against 33.4 p10: not
-clear enough to change back).
+torch's ``copy_`` of the 256 B into the slot 7,040. A ctypes ``memmove`` in its place (with
+``is_contiguous`` and ``is_neg``), tried and dropped: 0.6 µs warm against ``copy_``'s 1.0-1.2,
+but the same instructions on the path (the sender to its park 47,280 against 47,013: ctypes's
+call costs about 5,000 itself), as NOTE [ the plain path ] in ``_ring`` found in time.
 """
 
 from __future__ import annotations
