@@ -373,6 +373,58 @@ quiet machine is to show the ratio. What would meet 1.5x: about 20k instructions
 message on both sides together, which this layer's Python no longer holds; a C function per
 side (the plain write's checks, copy, header and record; the read, copy, publish and claim),
 or the runner's per-update rules for a received update done once per batch.
+
+Then (issue 24, helper hand2, 2026-12-04 night), measured first with ``bench/handoff_steps.py``.
+Wake-ups (voluntary context switches of each thread over 2 s, from /proc, per message): the
+host's worker 1.003, the sender's worker 1.001, every other thread of the two processes under
+0.01; the floor's reader and sender 0.82 each. One block a side, as the floor: none to remove.
+The steps, p50 from the sender's stamp, cumulative, 256 B, load 4-5: the record written
+14.7-28.2 µs, the worker woken 45.8-50.6, published 57.9-66.4, the update claimed 63.3-74.2,
+the hook 68.6-80.9, its read 70.7-83.8; the floor in the same minutes: its write 17.6, its
+reader woken 38.7, its clone done 65.8 (the floor's own reader slows down as much at that
+load). The reader woke on the sender's CPU for 11-96 % of the messages (the other CPU busy);
+then the wake-up took 30-40 µs against 18-22 on the other CPU: a reader woken there waits for
+the end of the sender's update, and the sender's worker parks 15-17 µs after its write (its
+``send()`` returns after 7 of them: the ring's copy after the record, NOTE [ the wake before
+the copy ]; the hook's end, the runner's and the worker's loop the rest). On a busy machine,
+then, all of the sender's update counts, not only its path to the write; where the reader's
+CPU is idle (a quiet machine) its 25-30 µs from the wake-up to the read, against the floor's
+10, is the largest part. At load 2.6 (the reader on the sender's CPU for 1515 of 1911): the
+whole 75.0 µs p50 there, 53.9 where it woke on the other CPU (its wake-up 32.0 against
+13.2; the sender's worker parked 13.5 after its write); the floor's whole 53.7 in the same
+minute, its reader on its sender's CPU for 1946 of 2000 (a sender that sleeps right after
+its write costs a reader there nothing).
+
+Changed: a record's output found with one lookup (``_Inbound.routes``, filled the first time
+a read gets exactly one known record; ``_Output`` holds the ring's reader, the stand-in and the
+number published, which were three lookups by name); a ring's bare copy published without
+asking torch whether it is on the CPU (``Standins.publish_copy``); with one reader process, the
+sender's wake is its pipe's ``send`` itself. Callgrind (``handoff_callgrind.py mujou 256
+120``): the reader 43,636 -> 40,842 instructions, the sender 14,680 -> 14,368; opcodes on the
+reader's path 989 -> 946. The bench at load 3-6 could not tell the two apart (256 B, base and
+new alternated with the floor: base 79.5, 82.7, 88.0, 77.3; new 78.8, 61.9, 62.4, 63.4; the
+floor 43.4, 45.3, 30.7, 37.5 µs).
+
+What is left: the reader's 946 opcodes a message, this layer's about 420 (``receive`` 88,
+``RingReader.latest`` 98 and ``_copy_into`` 19, ``_publish`` 52, ``Standins.publish_copy`` 50,
+``_arrived`` 85, the gate's release and run 24) and the engine's about 530 (the runner up to
+the hook 198, ``Workers.claim`` 124, ``received_to_free`` 79, ``Input.read`` 55,
+``Parking.notify`` 29, the clock 17); the sender's 320 before its write (``Output.send`` 90,
+``write_plain`` 109, ``_fits_plain`` 32 with five torch properties, ``Pipe.send`` 53, the
+watcher 28). Folding ``_arrived``'s claim into ``receive`` was tried and dropped: the same
+instructions (40,753 against 40,710). At about 0.65 µs per 1,000 instructions run cold here
+(the reader's 26 µs for its 40k), 1.5x the floor (about 44 µs in a quiet minute, against
+Mujou's 62) needs about 28,000 fewer instructions over the two sides: the reader's whole path
+down to the floor's, which trimming this Python cannot reach. What would: one compiled call
+per side for this layer (the pipe's read, the seqlock copy and the publish; the checks, the
+header and the record), and the engine's claim and start of the update for a received
+message in one call; on a busy machine, also less for the sender's worker to do after its
+hook before it parks: with ``HANDOFF_END=park`` the harness counts the sender from its stamp
+to its worker's wait at 47,013 instructions, 32,600 of them after its write, of which
+torch's ``copy_`` of the 256 B into the slot 7,040. A ctypes ``memmove`` in its place (with
+``is_contiguous`` and ``is_neg``), tried and dropped: 0.6 µs warm against ``copy_``'s 1.0-1.2,
+but the same instructions on the path (the sender to its park 47,280 against 47,013: ctypes's
+call costs about 5,000 itself), as NOTE [ the plain path ] in ``_ring`` found in time.
 """
 
 from __future__ import annotations
