@@ -87,6 +87,9 @@ class Instants:
     ended: bool
     tracing: bool
     lender: Lender | None
+    # The last instant's time and its whole nanoseconds (NOTE [ tags in whole nanoseconds ]),
+    # so that the next instant rounds its own time only.
+    _nanos: tuple[float, int] = (math.nan, 0)
 
     def deliver(self) -> bool:
         raise NotImplementedError
@@ -138,7 +141,12 @@ class Instants:
             # (round(t * 1e9)), and float sums make instants a hair apart (0.06 + 0.01 and
             # 7 * 0.01); an instant in the same nanosecond as the one before counts as its next
             # microstep, so that every instant of a run keeps a tag of its own on disk.
-            self.microstep = self.microstep + 1 if round(due * 1e9) == round(clock.time * 1e9) else 0
+            nanos = round(due * 1e9)
+            at, before = self._nanos  # the last instant's, unless the clock moved since
+            if at != clock.time:
+                before = round(clock.time * 1e9)
+            self.microstep = self.microstep + 1 if nanos == before else 0
+            self._nanos = (due, nanos)
         clock.set(due)
         policy = self.policy
         policy.start_instant(alone=alone)

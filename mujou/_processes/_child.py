@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, cast
@@ -150,8 +150,11 @@ def _serve(
     watches: dict[int, Callable[[Any], None]] = {}
     commands = _Commands(member, events, watches, by_output, wake_in)
 
+    hooks = member.engine.hooks
+
     def message(payload: Any) -> bytes:  # a message of a span's tag (proc.exchange), as a reply
-        return _reply(0, "exchange", "ok", payload, warned=_warnings(member), events=events.sent)
+        warned = _warnings(member) if hooks._warnings else []  # most tags warn none: no call
+        return _reply(0, "exchange", "ok", payload, warned=warned, events=events.sent)
 
     span = commands.spans = Span(member, message)
     sources = [control] if tags is None else [control, tags]
@@ -165,8 +168,11 @@ def _serve(
     try:
         while True:
             listening, looking = ([tags], spanning) if span.active and tags in sources else (sources, polling)
+            found: Sequence[object]  # connections, cast below
             if looking is None:
                 found = wait(listening)
+            elif looking is spanning:  # the tags connection alone: any descriptor ready is its
+                found = listening if looking.wait(SPIN) or looking.block(None) else []
             else:  # without making a selector each command as ``wait`` does
                 ready = looking.wait(SPIN) or looking.block(None)
                 found = [c for c in listening if c.fileno() in ready]

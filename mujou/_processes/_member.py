@@ -229,7 +229,8 @@ class Member:
             after = math.inf if stopping_now(policy) else policy.next_due()
         crossed = list(outbox)
         outbox.clear()
-        return crossed, self.failure(), after
+        error = engine.error  # ``failure``'s, without its call: most tags have none
+        return crossed, None if error is None else describe(error), after
 
     def _alone(self, lends: bool) -> Callable[[float], bool] | None:
         """With the lock held: the ``run_alone`` of the calling thread where it is the only one
