@@ -52,39 +52,71 @@ def state_tree(engine: Engine) -> dict[str, Any]:
 
 def _collect(engine: Engine) -> dict[str, Any]:
     policy = engine.policy
-    with engine.lock:
-        taken = None if policy.stopping else _pause_and_take(engine)
+    with _Paused(engine) as taken:
         if taken is None:
-            engine.host_wait(lambda: engine.ended)
-    if taken is None:
-        return _states_after_end(engine)
-    now, jobs = taken
-    try:
+            return _states_after_end(engine)
+        now, jobs = taken
         with engine.lock:
             engine.host_wait(lambda: policy.pending == 0)
         if any(job.error is not None for _, job in jobs) or isinstance(engine.error, MujouInternalError):
             engine.raise_error()
         return build_tree(engine.slots, [job.result for _, job in jobs], now)
-    finally:
-        with engine.lock:
-            policy.release_pause()
-            engine.deliver()
+
+
+class _Paused:
+    """The updates paused and the state jobs queued (``_pause_and_take``) for a ``with``
+    statement: the time and the jobs, or None when the run stops (it waits for the end); the
+    pause ends however the statement ends.
+
+    A KeyboardInterrupt can come between any two steps of the host's thread. One that came
+    after the pause and before the ``try`` that ended it left the run paused for good, and
+    every later wait for an update waited for ever (the chaos suite's interrupt, seed 9, in a
+    host's tag). So ``__enter__`` ends the pause itself if anything interrupts it once it
+    began, the lock's release included, and from its return on the ``with`` statement does.
+    """
+
+    __slots__ = ("_engine", "_paused")
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._paused = False
+
+    def __enter__(self) -> tuple[float, list[tuple[Slot, Job]]] | None:
+        engine = self._engine
+        try:
+            with engine.lock:
+                if engine.policy.stopping:
+                    taken = None
+                else:
+                    self._paused = True  # first: an interrupt once the pause began ends it
+                    taken = _pause_and_take(engine)
+                    self._paused = taken is not None  # None: it ended it, the run stops
+                if taken is None:
+                    engine.host_wait(lambda: engine.ended)
+                return taken
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._paused:
+            self._paused = False
+            engine = self._engine
+            with engine.lock:
+                engine.policy.release_pause()
+                engine.deliver()
 
 
 def _pause_and_take(engine: Engine) -> tuple[float, list[tuple[Slot, Job]]] | None:
     """With the lock held: pause the updates, wait until none runs, queue the state jobs.
 
-    Returns the time and the jobs in node order, or None when the run stops meanwhile.
+    Returns the time and the jobs in node order, or None when the run stops meanwhile (the
+    pause ended). Raising, it leaves the pause to its caller (``_Paused``) to end.
     """
     policy = engine.policy
     policy.pause()
     engine.deliver()
-    try:
-        engine.host_wait(lambda: policy.busy == 0 or policy.stopping)
-    except BaseException:
-        policy.release_pause()
-        engine.deliver()
-        raise
+    engine.host_wait(lambda: policy.busy == 0 or policy.stopping)
     if stopping_now(policy):
         policy.release_pause()
         engine.deliver()
