@@ -70,3 +70,29 @@ def test_an_interrupt_just_after_the_pause_does_not_leave_the_run_paused(
         # Paused for good, no update would run: the wait would raise TimeoutError.
         run.wait_for(node.y, lambda count: float(count) >= seen[0] + 3, timeout=10.0)
         assert run.state_dict()["counter"]["count"] >= seen[0] + 3
+
+
+@pytest.mark.parametrize("timer", ["virtual", "real-time"])
+def test_an_interrupt_just_after_the_turn_is_taken_gives_it_back(
+    monkeypatch: pytest.MonkeyPatch, timer: str
+) -> None:
+    """A KeyboardInterrupt on the host's thread just after its ``run.state_dict`` took the
+    one collection's turn, before anything else (the window a timed lock's ``acquire`` loop
+    left before its ``try``), gives the turn back: the next ``run.state_dict`` is taken, where
+    it would wait for ever (the hang guard ends the test then)."""
+    take_turn = _collect.take_turn
+
+    def interrupted(engine: Any, holder: object) -> None:
+        take_turn(engine, holder)
+        raise KeyboardInterrupt
+
+    net = One()
+    node = net.counter
+    clock = mujou.VirtualTimer() if timer == "virtual" else None
+    with mujou.run(net, workers=1, timer=clock) as run:
+        run.wait_for(node.y, lambda count: True, timeout=10.0)
+        monkeypatch.setattr(_collect, "take_turn", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run.state_dict()
+        monkeypatch.setattr(_collect, "take_turn", take_turn)
+        assert run.state_dict()["counter"]["count"] >= 1

@@ -22,7 +22,8 @@ class Engine(ThreadsEngine, Protocol):
     """What taking the state uses of the run's engine (``_lifecycle.Engine``, which calls it:
     a Protocol, so that this module does not import it)."""
 
-    collecting: threading.Lock
+    collecting: object | None
+    host: threading.Condition
     poll: float
     ended: bool
     end_time: float
@@ -42,12 +43,50 @@ def state_tree(engine: Engine) -> dict[str, Any]:
     messages and the schedules it reads are those of the same moment.
     See state.consistent-snapshot.
     """
-    while not engine.collecting.acquire(timeout=engine.poll):
-        pass
-    try:
+    with _Turn(engine):
         return _collect(engine)
-    finally:
-        engine.collecting.release()
+
+
+class _Turn:
+    """One state collection at a time (``engine.collecting``, its holder), for a ``with``
+    statement: taken once none holds it, given back however the statement ends.
+
+    A lock taken by a timed ``acquire`` loop (timed, so that a wait stays interruptible on
+    Windows) and released in a ``try`` after it had a window: a KeyboardInterrupt checked just
+    after ``acquire`` returned True, before the ``try``, left it held, and every later
+    ``run.state_dict`` waited for ever. Here the holder is the ``_Turn`` itself, so
+    ``__exit__`` gives the turn back where this one holds it, whatever interrupted where, and
+    ``__enter__`` calls it itself if anything interrupts it once the turn may be taken.
+    """
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __enter__(self) -> None:
+        engine = self._engine
+        try:
+            with engine.lock:
+                take_turn(engine, self)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        engine = self._engine
+        with engine.lock:
+            if engine.collecting is self:
+                engine.collecting = None
+                engine.host.notify_all()
+
+
+def take_turn(engine: Engine, holder: object) -> None:
+    """With the lock held: wait until no collection is under way, then make ``holder`` the
+    one (timed waits: interruptible everywhere)."""
+    while engine.collecting is not None:
+        engine.host.wait(engine.poll)
+    engine.collecting = holder
 
 
 def _collect(engine: Engine) -> dict[str, Any]:

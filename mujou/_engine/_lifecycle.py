@@ -121,7 +121,7 @@ class Engine(Instants):
         self._wakers: list[Callable[[], None]] = []  # called once when the run ends
         self._host_seq = 0  # counts notify_host calls: a wait misses none
         self.poll = HOST_POLL_VIRTUAL if self.virtual else HOST_POLL_REAL
-        self.collecting = threading.Lock()  # one state collection at a time
+        self.collecting: object | None = None  # the state collection under way (_collect._Turn)
         self.threads_started = False
         assert not lent or (self.virtual and isinstance(threading.current_thread(), HookThread))
         self.lent: Lent | None = Lent(self) if lent else None
