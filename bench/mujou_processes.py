@@ -186,14 +186,15 @@ class Rally(Net):
         self.connect(self.pong.y, self.ping.x)
 
 
-def rally_tags(seconds: float, net: Rally, processes: Any) -> tuple[float, int]:
-    """Tags per second of wall time of ``net`` run with ``processes=``, and ping's last count."""
+def rally_tags(seconds: float, net: Rally, processes: Any, sleep: float = 0.01) -> tuple[float, int]:
+    """Tags per second of wall time of ``net`` run with ``processes=`` in ``run.sleep(sleep)``
+    calls, and ping's last count."""
     with mujou.run(net, workers=1, timer=mujou.VirtualTimer(), processes=processes) as run:
         run.sleep(0.02)  # warm up
         done = run.stats().nodes["ping"].updates
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
-            run.sleep(0.01)
+            run.sleep(sleep)
         wall = time.perf_counter() - began
         done = run.stats().nodes["ping"].updates - done
         final = run.read(net.ping.y)

@@ -14,7 +14,8 @@ within it, the pickling of the message and the unpickling of the other's (``_cod
 frame's write and read (``_frames``), the wait for the other's frame (``Poller.wait``, polling;
 ``Poller.block`` once a poll ran out), and the publish of what the other sent
 (``Member.apply``). A step's mean is per call; the table also gives the calls per tag, so that
-a step's share of a tag is its mean times its calls. Each ``run.sleep`` is timed too: the
+a step's share of a tag is its mean times its calls; the steps count from the start, the
+warm-up's 20 tags and its one sleep among them (``rally_tags``). Each ``run.sleep`` is timed too: the
 host's call (``Lockstep.advance``, on the host's thread: it hands the tags to
 ``mujou-lockstep`` and waits) and the span of tags it asked for (``_lockstep._span``, on
 that thread: the span's command, its tags, its end); the difference is the hand-off between
@@ -36,7 +37,7 @@ from typing import Any
 import torch
 
 import mujou
-from bench.mujou_processes import Rally, Volley
+from bench.mujou_processes import Rally, Volley, rally_tags
 from mujou._processes import _codec, _frames, _lockstep, _member, _spin
 
 STEPS = "/tmp/mujou-tag-steps-{}.txt"  # the process's totals, by the host's pid
@@ -123,26 +124,12 @@ def _table(side: str, totals: dict[str, list[float]], tags: int) -> None:
         print(f"  {step:26s} {seconds / calls * 1e6:7.2f} {calls / tags:6.2f} {seconds / tags * 1e6:7.2f}")
 
 
-def _rally(seconds: float, sleep: float, net: StepsRally) -> float:
-    """Tags a second over ``seconds`` of ``run.sleep(sleep)`` calls, after a warm-up (not
-    counted in the steps)."""
-    with mujou.run(net, workers=1, timer=mujou.VirtualTimer(), processes={"pong": net.pong}) as run:
-        run.sleep(0.02)
-        _totals.clear()
-        done = run.stats().nodes["ping"].updates
-        began = _now()
-        while _now() - began < seconds:
-            run.sleep(sleep)
-        wall = _now() - began
-        return (run.stats().nodes["ping"].updates - done) / wall
-
-
 def main(seconds: float, sleep: float) -> None:
     net = StepsRally()
     path = STEPS.format(os.getpid())
     if os.path.exists(path):
         os.remove(path)
-    rate = _rally(seconds, sleep, net)
+    rate, _ = rally_tags(seconds, net, {"pong": net.pong}, sleep)
     tags = int(_totals["instant"][0])  # the host's process runs each tag's instant once
     sleeps = int(_totals["the host's run.sleep"][0])
     print(f"{rate:,.0f} tags a second, {tags} tags in {sleeps} run.sleep({sleep}) calls")
@@ -150,7 +137,7 @@ def main(seconds: float, sleep: float) -> None:
     with open(path) as file:
         rows = [line.rstrip("\n").split("\t") for line in file]
     theirs = {step: [int(calls), float(seconds)] for step, calls, seconds in rows}
-    _table("process (its warm-up counted too)", theirs, int(theirs["instant"][0]))
+    _table("process", theirs, int(theirs["instant"][0]))
     call, span = (
         _totals[step][1] / sleeps * 1e6 for step in ("the host's run.sleep", "its span (mujou-lockstep)")
     )
