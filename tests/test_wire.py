@@ -231,6 +231,44 @@ def test_the_senders_record_of_a_plain_write_goes_before_its_copy(monkeypatch: p
         reading.close()
 
 
+def test_a_send_hands_its_core_over_once_the_message_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOTE [ the core handed to the reader ] in _handover: a send under the real-time timer
+    yields its core once, after its record is in the pipe and the slot's copy is done, on the
+    plain path and on the ring's first write alike (planted: the hand-over in the wake, before
+    the copy, which was slower than none; or none on the first write)."""
+    standins = Standins(["y"])
+    forwarders = Forwarders({"y": standins.ports["y"]}, virtual=False)
+    reading, writing = multiprocessing.Pipe(duplex=False)
+    pipe = Pipe(writing)
+    fd = reading.fileno()
+    copies: list[int] = []  # the slot copies so far, at each copy
+    handed: list[tuple[int, bool]] = []  # at each hand-over: the copies so far, a record in the pipe
+    copy_in = _ring._copy_in
+
+    def copy(view: torch.Tensor, tensor: torch.Tensor) -> None:
+        copy_in(view, tensor)
+        copies.append(len(copies) + 1)
+
+    monkeypatch.setattr(_ring, "_copy_in", copy)
+
+    def hand_over() -> None:
+        handed.append((len(copies), bool(select.select([fd], [], [], 0)[0])))
+
+    monkeypatch.setattr(forwarders, "_handover", hand_over)
+    forwarders.install({"y": [pipe]})
+    try:
+        standins.publish(None, "y", torch.full((4,), 1.0), None, stamp=1.0, number=1)
+        assert handed == [(1, True)]  # the ring's first write, announced and recorded
+        while select.select([fd], [], [], 0)[0]:
+            os.read(fd, 1 << 16)
+        standins.publish(None, "y", torch.full((4,), 2.0), None, stamp=2.0, number=2)
+        assert handed == [(1, True), (2, True)]  # the plain path
+    finally:
+        forwarders.remove()
+        pipe.close()
+        reading.close()
+
+
 def test_a_fresh_publish_frees_the_message_it_replaced_only_once_dropped() -> None:
     """A ring's copy that replaces a stand-in's message keeps the message it replaced alive
     until ``drop_replaced`` (a thread about to wait), so that freeing it is not on the way to

@@ -36,6 +36,7 @@ import torch
 
 from .._messages import Nest, flatten, rebuild
 from .._ports import Output
+from ._handover import Handover
 from ._ring import Announce, RingWriter
 
 if TYPE_CHECKING:
@@ -187,6 +188,7 @@ class Forwarders:
         self._watchers: list[tuple[Output[Any], Callable[[Any], None]]] = []
         self._rings: dict[str, RingWriter] = {}
         self._pipes: dict[str, list[Pipe]] = {}
+        self._handover = Handover()  # the sender's core, to the reader it woke
 
     def install(self, pipes: dict[str, list[Pipe]]) -> None:
         """Forward from now on: ``pipes`` gives the pipes of each output's reader processes.
@@ -233,6 +235,7 @@ class Forwarders:
 
         # One reader process (the common case): its pipe's send itself, without a frame of ours.
         wake = functools.partial(Pipe.send, pipes[0], name, record, None) if len(pipes) == 1 else wake_all
+        handover = self._handover
 
         def send(message: Any) -> None:
             nonlocal room
@@ -241,7 +244,10 @@ class Forwarders:
             tensor = latest[0]
             if latest[2] is None and ring.write_plain(tensor, latest[3], latest[4], wake):
                 # The hot path: a bare tensor that fits the plain ring in use; its records went
-                # before its copy (NOTE [ the wake before the copy ] in _ring).
+                # before its copy (NOTE [ the wake before the copy ] in _ring), and the message
+                # is whole now: the core to a reader they woke (NOTE [ the core handed to the
+                # reader ] in _handover).
+                handover()
                 return
             if latest[2] is None and tensor.is_cpu:  # a bare CPU tensor: split's first case, inline
                 announce = ring.write([tensor], latest[3], latest[4])
@@ -254,6 +260,7 @@ class Forwarders:
                 announce = ring.write(tensors, stamp, number, structured=rest is not None)
             for pipe in pipes:  # each pickles its own announcement: a reader fetches it once
                 pipe.send(name, record, announce)
+            handover()
 
         return send
 

@@ -1,0 +1,76 @@
+"""The sender's core, handed to the reader its send woke (NOTE [ the core handed to the reader ]).
+
+NOTE [ the core handed to the reader ]
+Under the real-time timer a send to a reader in another process ends with a wake-up record on
+that process's pipe (``_wire.Pipe``). Linux wakes a reader blocked on a pipe as a *sync*
+wake-up: the writer is expected to block soon, so the reader is often queued on the writer's
+own core, and, the writer not having used up its share, it waits there until the writer
+blocks. Mujou's sender does not block at once: its update goes on (the hook's return, the
+busy time, the checks, the batch's end, the wait for the next due time), about 13 µs on this
+2-core machine, all of it on the way from the send to the read. A floor that writes and then
+sleeps has none of it.
+
+So the sending thread hands its core over once, with ``sched_yield``, after the message is
+whole in the ring and its records are written: a reader queued on this core runs now, and the
+sender's update ends after it. Where nothing else waits for the core, the call returns at once
+(about 1 µs with the two clock reads); where the reader went to another core, it costs the
+same and changes nothing.
+
+A yield also lets every other thread queued on the core run before the sender, for as long as
+the scheduler gives them (Linux's EEVDF moves the yielding thread's deadline a whole slice
+on, some milliseconds): on a busy core a yield a send would make the sender's own updates
+late. So a yield that kept the thread off its core for more than ``BUDGET`` stops the yields
+of this process for ``PAUSE``; then they are tried again. A reader whose update is long
+stops them the same way: the sender does not wait for it either.
+
+Measured (2026-12-05, this 2-core machine, quiet, ``python -m bench._one mujou_processes
+cross_process '{"nbytes": 256, "seconds": 2}'`` and the floor's, each p50 in µs, rounds
+alternated): without the yield 256 B 60.1-63.1 and 64 KiB 68.3-69.6 (2.1x and 1.9-2.0x the
+floor's 27.7-28.8 and 34.1-36.4); with a yield after every send 256 B 42.7-49.0 and 64 KiB
+51.0-51.5. Split (``python -m bench.handoff_steps steps mujou 256``): the reader woken 11.8 µs
+after the record instead of 31.3, the whole 49.0 µs instead of 71.9 with the probes; the
+sender's ``send()`` returns after the reader's update (81.8 µs after the record). A yield
+before the copy instead of after it was worse than none (70 µs): the reader then found the
+slot still being written and waited for the sender. With two CPU-bound processes on the two
+cores, a yield after every send let the sender make 1,110 of its 2,000 updates (p99 3.3 ms)
+against 1,923 without; with the budget, see the figures in bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+BUDGET = 1e-3  # seconds off the core past which a yield stops the yields for PAUSE
+PAUSE = 1.0  # seconds without a yield after one that took longer than BUDGET
+_SCHED_YIELD: Callable[[], object] | None = getattr(os, "sched_yield", None)  # None on Windows
+
+
+class Handover:
+    """Called by a sending thread once its message is out: yields the core once, unless a
+    recent yield cost more than ``BUDGET`` (NOTE [ the core handed to the reader ]). Shared by
+    the senders of one process; its one field is a float that each store replaces whole."""
+
+    __slots__ = ("_clock", "_give", "_until")
+
+    def __init__(
+        self,
+        give: Callable[[], object] | None = _SCHED_YIELD,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._give = give  # None where the platform has no sched_yield (Windows): no yield
+        self._clock = clock
+        self._until = 0.0  # no yield before this time (clock's seconds)
+
+    def __call__(self) -> None:
+        give = self._give
+        if give is None:
+            return
+        clock = self._clock
+        began = clock()
+        if began < self._until:
+            return
+        give()
+        if clock() - began > BUDGET:
+            self._until = began + PAUSE

@@ -1,0 +1,70 @@
+"""The sender's core handed to the reader its send woke (NOTE [ the core handed to the reader ]
+in ``mujou._processes._handover``): once a send, and not for ``PAUSE`` after a yield that kept
+the thread off its core for more than ``BUDGET``."""
+
+from __future__ import annotations
+
+from mujou._processes._handover import BUDGET, PAUSE, Handover
+
+
+class _Core:
+    """A fake clock, and a yield that takes ``cost`` seconds of it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.cost = 0.0
+        self.yields = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def give(self) -> None:
+        self.yields += 1
+        self.now += self.cost
+
+
+def test_each_call_yields_once_while_yields_cost_little() -> None:
+    core = _Core()
+    handover = Handover(core.give, core.clock)
+    core.cost = BUDGET / 2
+    for _ in range(5):
+        handover()
+        core.now += 0.001
+    assert core.yields == 5
+
+
+def test_a_yield_over_the_budget_stops_the_yields_for_the_pause() -> None:
+    """Planted (no pause after a dear yield, or a pause counted from the yield's end): fails."""
+    core = _Core()
+    handover = Handover(core.give, core.clock)
+    core.cost = 2 * BUDGET  # the core was busy: others ran before this thread
+    handover()
+    assert core.yields == 1
+    core.cost = 0.0
+    began = core.now - 2 * BUDGET
+    core.now = began + PAUSE - 1e-6
+    handover()
+    assert core.yields == 1  # still paused
+    core.now = began + PAUSE
+    handover()
+    assert core.yields == 2  # tried again
+    handover()
+    assert core.yields == 3  # and cheap again: no pause
+
+
+def test_a_yield_at_the_budget_does_not_pause() -> None:
+    core = _Core()
+    handover = Handover(core.give, core.clock)
+    core.cost = BUDGET
+    handover()
+    core.cost = 0.0
+    handover()
+    assert core.yields == 2
+
+
+def test_without_sched_yield_nothing_is_called() -> None:
+    """Where the platform has no ``sched_yield`` (Windows), a send hands nothing over."""
+    core = _Core()
+    handover = Handover(None, core.clock)
+    handover()
+    assert core.yields == 0
