@@ -29,26 +29,31 @@ whose update is that long stops them the same way. A shorter one is waited for: 
 the core is spent inside the sender's hook, and counts in its busy time as any other wait
 there (the spec says so).
 
-Measured (2026-12-05, this 2-core machine, quiet, ``python -m bench._one mujou_processes
-cross_process '{"nbytes": 256, "seconds": 2}'`` and the floor's, each p50 in µs, rounds
-alternated): without the yield 256 B 59.8-61.9 and 64 KiB 68.3-69.6 (2.0-2.1x and 1.9-2.0x
-the floor's 27.7-29.3 and 34.1-36.4); with it 256 B 43.4-45.1 (1.48-1.54x) and 64 KiB
-51.0-51.5. Split (``python -m bench.handoff_steps steps mujou 256``): the reader woken 11.8 µs
+Measured (2026-12-05, this 2-core machine, ``python -m bench._one mujou_processes
+cross_process '{"nbytes": N, "seconds": 2}'`` and the floor's, each p50 in µs, rounds
+alternated with the code before; bench/RESULTS.md has every round): quiet, 256 B 59.8-61.9
+before, 43.4-45.1 after (1.48-1.54x the floor's 29.2-29.3); 64 KiB 74.0-79.5 before,
+58.7 and 59.5 after, and 88.8 in a third round that a yield over the budget paused for a
+second, as the pause first was (the floor 37.2-37.6). In the bench runner's table (``bench/run.py --quick
+--repeats 3``), four runs: 256 B 1.38-1.73x the floor, 64 KiB 1.43-1.61x (2.15x and 1.93x
+before). Split (``python -m bench.handoff_steps steps mujou 256``): the reader woken 11.8 µs
 after the record instead of 31.3, the whole 49.0 µs instead of 71.9 with the probes; the
 sender's ``send()`` returns after the reader's update (81.8 µs after the record). A yield
 before the copy instead of after it was worse than none (70 µs): the reader then found the
-slot still being written and waited for the sender. The yields' own length, quiet: p50 68.5
-µs, p99 114, the longest 332 of 2,000 (the reader's path until it waits again); with two
-CPU-bound processes on the two cores, 70 µs at the median but 2.0-4.8 ms for the slowest
-tenth, and a yield after every send let the sender make 1,110 of its 2,000 updates (p99 3.3
-ms) against 1,923 without, hence ``BUDGET``. With it, under the same load, the p50 is the
-same as without the yield (28.6-33.6 µs against 30.7-33.8) and the sender makes 1,840-1,982
-updates. The Python-bound fleet over two processes (``fleet_processes``), where both
-processes are always busy: 800 and 1,600 yields recorded on its two sides in 1.5 s, p50 1.5
-µs, p99 84-104 µs, about 9 ms in all on each; its ratio of two processes to one within its spread (base 1.60,
-1.68, 1.66; with the yield 1.69, 1.61, 1.58). The same yield after the send of the data
-plane between hosts (``_hosts._plane``) changed nothing there (five rounds alternated, p50
-118-134 µs either way): that hand-off's reader is woken on the other core.
+slot still being written and waited for the sender.
+
+The yields' own length, quiet: p50 68.5 µs, p99 114, the longest 332 of 2,000 (the reader's
+path until it waits again). With two CPU-bound processes on the two cores: 70 µs at the
+median but 2.0-4.8 ms for the slowest tenth, and a yield after every send let the sender make
+1,110 of its 2,000 updates (p99 3.3 ms) against 1,923 without, hence ``BUDGET``; with it,
+under the same load, the p50 is as without the yield (28.6-33.6 µs against 30.7-33.8) and the
+sender makes 1,840-1,982 updates. In the Python-bound fleet over two processes
+(``fleet_processes``), where both processes are always busy, 800 and 1,600 yields recorded on
+its two sides in 1.5 s: p50 1.5 µs, p99 84-104 µs, about 9 ms in all on each; its ratio of
+two processes to one stayed within its spread (before 1.60, 1.68, 1.66; after 1.69, 1.61,
+1.58). The same yield after the send of the data plane between hosts (``_hosts._plane``)
+changed nothing there (five rounds alternated, p50 118-134 µs either way): that hand-off's
+reader is woken on the other core.
 """
 
 from __future__ import annotations
@@ -65,8 +70,8 @@ _SCHED_YIELD: Callable[[], object] | None = getattr(os, "sched_yield", None)  # 
 class Handover:
     """Called by a sending thread once its message is out: yields the core once, unless a
     recent yield cost more than ``BUDGET``: then not for ``PAUSE`` times as long as that one
-    took (NOTE [ the core handed to the reader ]). Shared by
-    the senders of one process; its one field is a float that each store replaces whole."""
+    took (NOTE [ the core handed to the reader ]). Shared by the senders of one process; its
+    one field is a float that each store replaces whole."""
 
     __slots__ = ("_clock", "_give", "_until")
 
