@@ -20,7 +20,9 @@ record returned, the reader's worker woken (``Inbox.receive`` entered, out of it
 ``Inbox._publish`` (the pipe read, the ring's slot copied and published), ``Inbox._arrived``
 (the update claimed), the hook entered, ``Input.read`` returned; and the sender's worker
 parked (``Parking.wait`` entered), the end of its update: a reader woken on the sender's CPU
-waits for it. Each wrapper is a Python
+waited for it until the sender handed its core over once the message is whole (NOTE [ the
+core handed to the reader ] in ``mujou/_processes/_handover.py``); the sender's ``send()``
+now returns after the reader's update. Each wrapper is a Python
 call of its own, about 0.5-1 µs run cold: the steps' sum is a little more than the bench's
 p50.
 """
