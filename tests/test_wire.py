@@ -199,48 +199,64 @@ def test_an_announcement_whose_sender_took_its_descriptor_back_ends_the_receiver
     assert reader.closed
 
 
-def test_the_senders_record_of_a_plain_write_goes_before_its_copy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """NOTE [ the wake before the copy ] in _ring: a message that fits the plain ring in use
-    is in its reader's pipe (the record) before the slot is copied; a first message, which
-    makes the ring, is announced after its write (planted: the record after the copy, as
-    before: the pipe was empty during the copy)."""
+@pytest.fixture
+def forwarding() -> Iterator[tuple[Standins, Forwarders, Pipe, int]]:
+    """Output ``y`` forwarded under the real-time timer to one reader's wake pipe: the stand-ins
+    that publish on it, its forwarders (to install), the pipe, and the reading end's descriptor."""
     standins = Standins(["y"])
     forwarders = Forwarders({"y": standins.ports["y"]}, virtual=False)
     reading, writing = multiprocessing.Pipe(duplex=False)
     pipe = Pipe(writing)
-    forwarders.install({"y": [pipe]})
-    fd = reading.fileno()
-    in_the_pipe: list[bool] = []
-    copy_in = _ring._copy_in
-
-    def copy(view: torch.Tensor, tensor: torch.Tensor) -> None:
-        in_the_pipe.append(bool(select.select([fd], [], [], 0)[0]))
-        copy_in(view, tensor)
-
-    monkeypatch.setattr(_ring, "_copy_in", copy)
     try:
-        standins.publish(None, "y", torch.full((4,), 1.0), None, stamp=1.0, number=1)
-        assert in_the_pipe == [False]  # the ring's first write: announced, then recorded, after it
-        while select.select([fd], [], [], 0)[0]:
-            os.read(fd, 1 << 16)
-        standins.publish(None, "y", torch.full((4,), 2.0), None, stamp=2.0, number=2)
-        assert in_the_pipe == [False, True]
+        yield standins, forwarders, pipe, reading.fileno()
     finally:
         forwarders.remove()
         pipe.close()
         reading.close()
 
 
-def test_a_send_hands_its_core_over_once_the_message_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+def _in_the_pipe(fd: int) -> bool:
+    """Whether the pipe read at ``fd`` holds anything now."""
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def _drain(fd: int) -> None:
+    while _in_the_pipe(fd):
+        os.read(fd, 1 << 16)
+
+
+def test_the_senders_record_of_a_plain_write_goes_before_its_copy(
+    monkeypatch: pytest.MonkeyPatch, forwarding: tuple[Standins, Forwarders, Pipe, int]
+) -> None:
+    """NOTE [ the wake before the copy ] in _ring: a message that fits the plain ring in use
+    is in its reader's pipe (the record) before the slot is copied; a first message, which
+    makes the ring, is announced after its write (planted: the record after the copy, as
+    before: the pipe was empty during the copy)."""
+    standins, forwarders, pipe, fd = forwarding
+    forwarders.install({"y": [pipe]})
+    in_the_pipe: list[bool] = []
+    copy_in = _ring._copy_in
+
+    def copy(view: torch.Tensor, tensor: torch.Tensor) -> None:
+        in_the_pipe.append(_in_the_pipe(fd))
+        copy_in(view, tensor)
+
+    monkeypatch.setattr(_ring, "_copy_in", copy)
+    standins.publish(None, "y", torch.full((4,), 1.0), None, stamp=1.0, number=1)
+    assert in_the_pipe == [False]  # the ring's first write: announced, then recorded, after it
+    _drain(fd)
+    standins.publish(None, "y", torch.full((4,), 2.0), None, stamp=2.0, number=2)
+    assert in_the_pipe == [False, True]
+
+
+def test_a_send_hands_its_core_over_once_the_message_is_whole(
+    monkeypatch: pytest.MonkeyPatch, forwarding: tuple[Standins, Forwarders, Pipe, int]
+) -> None:
     """NOTE [ the core handed to the reader ] in _handover: a send under the real-time timer
     yields its core once, after its record is in the pipe and the slot's copy is done, on the
     plain path and on the ring's first write alike (planted: the hand-over in the wake, before
     the copy, which was slower than none; or none on the first write)."""
-    standins = Standins(["y"])
-    forwarders = Forwarders({"y": standins.ports["y"]}, virtual=False)
-    reading, writing = multiprocessing.Pipe(duplex=False)
-    pipe = Pipe(writing)
-    fd = reading.fileno()
+    standins, forwarders, pipe, fd = forwarding
     copies: list[int] = []  # the slot copies so far, at each copy
     handed: list[tuple[int, bool]] = []  # at each hand-over: the copies so far, a record in the pipe
     copy_in = _ring._copy_in
@@ -249,24 +265,17 @@ def test_a_send_hands_its_core_over_once_the_message_is_whole(monkeypatch: pytes
         copy_in(view, tensor)
         copies.append(len(copies) + 1)
 
-    monkeypatch.setattr(_ring, "_copy_in", copy)
-
     def hand_over() -> None:
-        handed.append((len(copies), bool(select.select([fd], [], [], 0)[0])))
+        handed.append((len(copies), _in_the_pipe(fd)))
 
-    monkeypatch.setattr(forwarders, "_handover", hand_over)
+    monkeypatch.setattr(_ring, "_copy_in", copy)
+    monkeypatch.setattr(forwarders, "_handover", hand_over)  # before install: each sender binds it
     forwarders.install({"y": [pipe]})
-    try:
-        standins.publish(None, "y", torch.full((4,), 1.0), None, stamp=1.0, number=1)
-        assert handed == [(1, True)]  # the ring's first write, announced and recorded
-        while select.select([fd], [], [], 0)[0]:
-            os.read(fd, 1 << 16)
-        standins.publish(None, "y", torch.full((4,), 2.0), None, stamp=2.0, number=2)
-        assert handed == [(1, True), (2, True)]  # the plain path
-    finally:
-        forwarders.remove()
-        pipe.close()
-        reading.close()
+    standins.publish(None, "y", torch.full((4,), 1.0), None, stamp=1.0, number=1)
+    assert handed == [(1, True)]  # the ring's first write, announced and recorded
+    _drain(fd)
+    standins.publish(None, "y", torch.full((4,), 2.0), None, stamp=2.0, number=2)
+    assert handed == [(1, True), (2, True)]  # the plain path
 
 
 def test_a_fresh_publish_frees_the_message_it_replaced_only_once_dropped() -> None:
