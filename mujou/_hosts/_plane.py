@@ -48,6 +48,23 @@ and of the hand-off's path it is off it but for the core it takes. Gloo gives no
 learn a send's end but a wait that blocks (and a timed one that expires closes the pair),
 so one send in flight a channel with a buffer written again needs a thread that blocks on
 each send: two wake-ups of it a message, as long as a message finds it idle.
+
+NOTE [ where the reader's thread is woken ]
+Gloo reads the socket on a thread of its own (``gloo_tcp_loop``), which the sender's write
+wakes on the sender's CPU; that thread then wakes the receiver thread, which the kernel puts
+on the CPU it ran on last if that CPU is idle. On the 2-core virtual machine of
+bench/RESULTS.md a thread woken on an idle CPU runs about 30 µs later (the hypervisor wakes
+that CPU), one woken on the waker's CPU about 6-10 µs later. Bare Gloo's sender blocks in
+its ``wait()`` right after its write, so its reader's thread keeps to the one busy CPU: 80-87 %
+of its wake-ups land there (``python -m bench.wake_placement mujou_hosts gloo_handoff 256``,
+2026-12-05). Mujou's sending thread goes on with its update after the send, still runnable on
+that CPU when the reader's thread is woken, so 76-83 % of the receiver thread's wake-ups went
+to the other, idle CPU (p50 36 µs from the wake-up to running). Put to the test with a 100 µs
+sleep after each send (not kept): 68 % on the waker's CPU, and the hand-off's p50 152, 151
+and 168 µs without the sleep against 132, 131 and 136 µs with it, alternated. A node's send
+does not block its worker for the reader's sake (other nodes wait for that worker), so that
+part of the gap to bare Gloo stays on such a machine; on the 16-core one, where waking an idle
+core is cheap, the hand-off was 1.11x bare Gloo (bench/RESULTS.md, 2026-12-04).
 """
 
 from __future__ import annotations
