@@ -21,9 +21,11 @@ from typing import Any
 from setuptools import setup
 
 #: The modules compiled: the worker's per-update path and what it calls for every update
-#: (see the engine's NOTE [ the cost of an update ]). Not compiled: the engine's modules that
-#: the tests patch, ``_hooks`` (its warnings name the host's frame: a compiled frame is not
-#: counted), and anything users subclass (Node, Net, the ports).
+#: (see the engine's NOTE [ the cost of an update ]), and a send's hand-off to the node it
+#: wakes. Not compiled: the engine's modules that the tests patch, ``_hooks`` (its warnings
+#: name the host's frame: a compiled frame is not counted), and anything users subclass or
+#: declare (Node, Net, the ports: mypyc cannot yet build a class whose ``__init__`` is
+#: overloaded, as the ports' is for their typed messages, mypyc issue 961).
 COMPILED = [
     "mujou/_schedule.py",
     "mujou/_engine/_arrivals.py",
@@ -33,6 +35,7 @@ COMPILED = [
     "mujou/_engine/_policy.py",
     "mujou/_engine/_slot.py",
     "mujou/_engine/_update.py",
+    "mujou/_engine/_lodge.py",  # NOTE [ the send that lodges ]
 ]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, cast
@@ -24,6 +25,7 @@ import mujou
 from mujou._engine import _lodge
 from mujou._engine._arrivals import arrived, sent_arrived, wire
 from mujou._engine._batches import EXIT, FREE, HOST, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
+from mujou._engine._clock import RealClock
 from mujou._engine._gil import HOLD_BACK, PROBE
 from mujou._engine._invariant import check
 from mujou._engine._policy import Policy
@@ -650,11 +652,7 @@ class World:
             policy.release_pause()
 
     def run(self) -> None:
-        monotonic, _lodge._monotonic = _lodge._monotonic, lambda: self.now  # the fake clock
-        try:
-            self._run()
-        finally:
-            _lodge._monotonic = monotonic  # back
+        self._run()
 
     def _run(self) -> None:
         policy = self.policy
@@ -663,7 +661,7 @@ class World:
         self._drive(lambda: policy.pending == 0 or policy.stopping)
         if not policy.stopping:
             # The sends that may lodge (one worker, real-time): the fake clock is the timer's.
-            _lodge.plan(policy, cast(Any, SimpleNamespace(_origin=0.0, _start=0.0, scale=1.0)), self.slots)
+            _lodge.plan(policy, fake_clock(lambda: self.now), self.slots)
             policy.start_timer()
             self.deliver()
             self._drive(lambda: self.steps >= STEPS or policy.stopping, events=True)
@@ -1038,23 +1036,29 @@ def test_a_trigger_is_queued_when_the_sender_cannot_take_it(short: bool, case: s
     assert check(policy, [(1, 0)]) == []
 
 
-def lodging_policy(monkeypatch: pytest.MonkeyPatch) -> tuple[Policy, list[Slot], Batch, Output[Any]]:
+def fake_clock(now: Callable[[], float]) -> RealClock:
+    """The real-time timer's clock, started at 0, whose real time is ``now()`` (a test's)."""
+    clock = RealClock(1.0, source=now)
+    clock.start(0.0)
+    return clock
+
+
+def lodging_policy() -> tuple[Policy, list[Slot], Batch, Output[Any]]:
     """``hand_off_policy`` with one worker, the sends that lodge planned (the fake clock's
     time is 0.0102): node 0's update runs, and its output may lodge node 1."""
-    monkeypatch.setattr(_lodge, "_monotonic", lambda: 0.0102)
     policy, slots, batch = hand_off_policy(1, gil=True)
-    _lodge.plan(policy, cast(Any, SimpleNamespace(_origin=0.0, _start=0.0, scale=1.0)), slots)
+    _lodge.plan(policy, fake_clock(lambda: 0.0102), slots)
     port = slots[0].core.ports["y"]
     assert isinstance(port, Output) and port._lodge is not None and slots[1].lodger == 0
     port._publish(torch.tensor(1.0), 0, None, slots[0].last)
     return policy, slots, batch, port
 
 
-def test_a_send_lodges_the_node_it_wakes_in_its_worker_s_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_send_lodges_the_node_it_wakes_in_its_worker_s_batch() -> None:
     """NOTE [ the send that lodges ]: with one worker, node 0's send puts node 1 last in the
     batch without the lock, due at the send, not counted in ``busy``; the batch put back
     before node 1 began (a pause) queues it at that due time and leaves ``busy`` right."""
-    policy, slots, batch, port = lodging_policy(monkeypatch)
+    policy, slots, batch, port = lodging_policy()
     assert port._lodge is not None and port._lodge(1)
     assert batch.todo == [1] and batch.lodged == 1 and policy.holder[1] == 1 and policy.busy == 1
     assert slots[1].due == 0.0102 and not policy.wake and check(policy, [(1, 0)]) == []
@@ -1071,14 +1075,14 @@ def test_no_send_lodges_in_a_process_without_the_gil() -> None:
     (NOTE [ the send that lodges ]): the sends take the locked way, none is planned."""
     policy, slots, _ = hand_off_policy(1, gil=False)
     assert not policy.lodges
-    _lodge.plan(policy, cast(Any, SimpleNamespace(_origin=0.0, _start=0.0, scale=1.0)), slots)
+    _lodge.plan(policy, fake_clock(lambda: 0.0), slots)
     port = slots[0].core.ports["y"]
     assert isinstance(port, Output) and port._lodge is None and slots[1].lodger == -1
 
 
-def test_no_lodge_past_an_update_due_at_or_before_the_send(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_lodge_past_an_update_due_at_or_before_the_send() -> None:
     """Earliest due first: node 2, late, is due before the send, so node 1 is not lodged."""
-    policy, slots, _, port = lodging_policy(monkeypatch)
+    policy, slots, _, port = lodging_policy()
     policy.queue.remove(0.05, 2)
     slots[2].due = 0.0101
     policy.queue.push(0.0101, 2)
@@ -1087,13 +1091,11 @@ def test_no_lodge_past_an_update_due_at_or_before_the_send(monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("end", ["put back", "crash"])
-def test_the_stop_leaves_a_lodged_node_s_stop_job_to_its_sender_s_release(
-    monkeypatch: pytest.MonkeyPatch, end: str
-) -> None:
+def test_the_stop_leaves_a_lodged_node_s_stop_job_to_its_sender_s_release(end: str) -> None:
     """The stop begins while node 0's update runs: node 1, free, may be lodged meanwhile, so
     its stop job is queued once node 0 is released: when the batch goes back, or when the
     worker crashes in Mujou's code with node 0's update running (that node gets no hook)."""
-    policy, slots, batch, _ = lodging_policy(monkeypatch)
+    policy, slots, batch, _ = lodging_policy()
     policy.begin_stop()
     assert not policy.lodging and policy.holder[1] == 0 and not slots[1].stop_queued
     assert [slot.index for slot, _ in policy.jobs] == [2]

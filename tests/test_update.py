@@ -19,7 +19,7 @@ from typing import Any, cast
 import pytest
 import torch
 
-from mujou._engine import _clock, _update
+from mujou._engine import _update
 from mujou._engine._batches import Batch
 from mujou._engine._clock import RealClock
 from mujou._engine._hooks import Hooks
@@ -158,7 +158,6 @@ def test_each_update_of_a_batch_starts_when_the_hook_before_it_returned(
     time serves as the next start (``_ONE_CLOCK``) or the clock is read apart (``now()``)."""
     now = [100.0]  # the monotonic (and perf_counter) time, moved by the hooks alone
     monkeypatch.setattr(_update, "_perf_counter", lambda: now[0])
-    monkeypatch.setattr(_clock, "_monotonic", lambda: now[0])
     monkeypatch.setattr(_update, "_ONE_CLOCK", one_clock)
 
     def hook(dt: float) -> None:
@@ -168,7 +167,7 @@ def test_each_update_of_a_batch_starts_when_the_hook_before_it_returned(
     for slot in slots:
         slot.due = 0.01
         slot.actor = cast(Any, SimpleNamespace(on_update=hook))
-    clock = RealClock(1.0)
+    clock = RealClock(1.0, source=lambda: now[0])
     clock.start(100.0 - 0.01)  # timer time 0.01 now
     batch = Batch()
     batch.due, batch.todo = 0.01, [2, 1, 0]

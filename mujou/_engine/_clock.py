@@ -8,6 +8,7 @@ engine moves it (``set``) between instants, when no hook runs.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from .._timer import RealTimeTimer, Timer
@@ -43,8 +44,11 @@ class RealClock:
 
     virtual = False
 
-    def __init__(self, scale: float) -> None:
+    def __init__(self, scale: float, source: Callable[[], float] = _monotonic) -> None:
         self.scale = scale
+        # The real time it follows: ``time.monotonic``, or a test's stand-in. What reads the
+        # time in place of ``now`` (the send that lodges) reads it from here too.
+        self.source = source
         self._origin = 0.0
         self._start: float | None = None  # real time does not count before the timer starts
 
@@ -52,13 +56,13 @@ class RealClock:
         self._origin = origin
 
     def start(self, origin: float | None = None) -> None:
-        self._start = _monotonic() if origin is None else origin
+        self._start = self.source() if origin is None else origin
 
     def now(self) -> float:
         start = self._start
         if start is None:
             return self._origin
-        return self._origin + (_monotonic() - start) * self.scale
+        return self._origin + (self.source() - start) * self.scale
 
     def real_seconds(self, timer_seconds: float) -> float:
         return timer_seconds / self.scale

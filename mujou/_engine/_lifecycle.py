@@ -246,7 +246,7 @@ class Engine(Instants):
             self.clock.start(origin)
             self.real_start = time.perf_counter()
             if not self.tracing:  # a lodge notes no flow (observe.trace-flows): Engine.sent does
-                plan_lodges(self.policy, self._real_clock, self.slots)  # where the policy lodges
+                plan_lodges(self.policy, self.clock, self.slots)  # where the policy lodges
             self.policy.start_timer()
             self.deliver()
 
