@@ -652,9 +652,6 @@ class World:
             policy.release_pause()
 
     def run(self) -> None:
-        self._run()
-
-    def _run(self) -> None:
         policy = self.policy
         policy.queue_jobs([(slot, Job(START)) for slot in self.slots])
         self.deliver()
