@@ -13,8 +13,6 @@ from typing import Protocol
 
 from .._timer import RealTimeTimer, Timer
 
-_monotonic = time.monotonic  # bound once: the scheduler reads the time several times per update
-
 
 class Clock(Protocol):
     """What the engine needs of a clock."""
@@ -44,7 +42,7 @@ class RealClock:
 
     virtual = False
 
-    def __init__(self, scale: float, source: Callable[[], float] = _monotonic) -> None:
+    def __init__(self, scale: float, source: Callable[[], float] = time.monotonic) -> None:
         self.scale = scale
         # The real time it follows: ``time.monotonic``, or a test's stand-in. What reads the
         # time in place of ``now`` (the send that lodges) reads it from here too.
