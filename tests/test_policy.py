@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import mujou
-from mujou._engine import _lodge
+from mujou._engine import Engine, _lodge
 from mujou._engine._arrivals import arrived, sent_arrived, wire
 from mujou._engine._batches import EXIT, FREE, HOST, JOB, KEEP, PARK, RUN, SLEEP, SPIN, WATCH, Batch
 from mujou._engine._clock import RealClock
@@ -1075,6 +1075,53 @@ def test_no_send_lodges_in_a_process_without_the_gil() -> None:
     _lodge.plan(policy, fake_clock(lambda: 0.0), slots)
     port = slots[0].core.ports["y"]
     assert isinstance(port, Output) and port._lodge is None and slots[1].lodger == -1
+
+
+class _Sender(mujou.Node):
+    y = Output()
+
+    def __init__(self) -> None:
+        super().__init__(period=0.01, seed=0)
+
+    def on_update(self, dt: float) -> None:
+        pass
+
+
+class _Woken(mujou.Node):
+    x = Input()
+
+    def __init__(self) -> None:
+        super().__init__(trigger=mujou.on("x"), seed=0)
+
+    def on_update(self, dt: float) -> None:
+        pass
+
+
+class _SendNet(mujou.Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sender, self.woken = _Sender(), _Woken()
+        self.connect(self.sender.y, self.woken.x)
+
+
+def test_the_locked_send_reads_the_time_from_the_run_s_clock() -> None:
+    """``Engine.sent``, the send that does not lodge, reads the real time in place from the
+    run's clock (``RealClock.source``), as the lodge does: the arrival it notes is at the
+    clock's timer time. Planted: ``time.monotonic`` read instead, the arrival noted about
+    ``time.monotonic() - 490`` s instead of 10 s."""
+    engine = Engine(list(_SendNet().nodes()), 1, mujou.RealTimeTimer(), None)
+    try:
+        sender, woken = engine.slots
+        wire(engine.slots)
+        clock = RealClock(1.0, source=lambda: 500.0)
+        clock.start(490.0)  # timer time 10 s
+        engine.clock = engine._real_clock = clock
+        port = sender.core.ports["y"]
+        port._latest = (torch.zeros(1), 0, None, 0.0, 1, True)
+        sender.sent(port)
+        assert list(woken.arrival_times) == [10.0] and list(woken.arrival_numbers) == [1]
+    finally:
+        engine.abort()
 
 
 def test_no_lodge_past_an_update_due_at_or_before_the_send() -> None:

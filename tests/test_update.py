@@ -155,10 +155,16 @@ def test_each_update_of_a_batch_starts_when_the_hook_before_it_returned(
     (NOTE [ the clock between two updates ]): with hooks that take 2 ms each, the second and
     third nodes of a batch due at 0.01 start at 0.012 and 0.014 (their dt and lateness follow
     from it: sched.fixed-rate, observe.stats-values), whether the read that ends a hook's busy
-    time serves as the next start (``_ONE_CLOCK``) or the clock is read apart (``now()``)."""
-    now = [100.0]  # the monotonic (and perf_counter) time, moved by the hooks alone
-    monkeypatch.setattr(_update, "_perf_counter", lambda: now[0])
-    monkeypatch.setattr(_update, "_ONE_CLOCK", one_clock)
+    time serves as the next start (``perf_counter`` is the clock's source) or the clock is
+    read apart (``now()``: here a source 1,000 s ahead of ``perf_counter``, which the next
+    start must not be taken from; planted: the read in place whatever the source, the second
+    and third starts about 1,000 s early)."""
+    now = [100.0]  # the perf_counter time, moved by the hooks alone
+
+    def perf_counter() -> float:
+        return now[0]
+
+    monkeypatch.setattr(_update, "_perf_counter", perf_counter)
 
     def hook(dt: float) -> None:
         now[0] += 0.002
@@ -167,8 +173,12 @@ def test_each_update_of_a_batch_starts_when_the_hook_before_it_returned(
     for slot in slots:
         slot.due = 0.01
         slot.actor = cast(Any, SimpleNamespace(on_update=hook))
-    clock = RealClock(1.0, source=lambda: now[0])
-    clock.start(100.0 - 0.01)  # timer time 0.01 now
+    if one_clock:
+        clock = RealClock(1.0, source=perf_counter)
+        clock.start(100.0 - 0.01)  # timer time 0.01 now
+    else:
+        clock = RealClock(1.0, source=lambda: now[0] + 1000.0)
+        clock.start(1100.0 - 0.01)
     batch = Batch()
     batch.due, batch.todo = 0.01, [2, 1, 0]
     runner_for(slots, 1, clock)(batch, 0.01)

@@ -45,7 +45,8 @@ class RealClock:
     def __init__(self, scale: float, source: Callable[[], float] = time.monotonic) -> None:
         self.scale = scale
         # The real time it follows: ``time.monotonic``, or a test's stand-in. What reads the
-        # time in place of ``now`` (the send that lodges) reads it from here too.
+        # time in place of ``now`` reads it from here too (the send that lodges, Engine.sent);
+        # the batch runner reads it in place only where perf_counter is this clock.
         self.source = source
         self._origin = 0.0
         self._start: float | None = None  # real time does not count before the timer starts

@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 HOST_POLL_REAL = 0.5
 HOST_POLL_VIRTUAL = 0.1
 _claims = threading.Lock()  # taken to claim a net's nodes for a run
-_monotonic = time.monotonic  # bound once: Engine.sent reads the clock in place
 
 
 class Engine(Instants):
@@ -355,7 +354,9 @@ class Engine(Instants):
             policy = self.policy
             clock = self._real_clock  # RealClock.now, inlined
             started = clock._start
-            now = clock._origin if started is None else clock._origin + (_monotonic() - started) * clock.scale
+            now = clock._origin
+            if started is not None:
+                now += (clock.source() - started) * clock.scale
             # The common case first (NOTE [ the send that hands off ] in _policy).
             hand, latest = port._hand, port._latest
             if hand < 0 or latest is None or not policy.sent_handed(hand, latest[4], now, by):

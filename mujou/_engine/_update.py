@@ -432,9 +432,15 @@ def batch_runner(engine: UpdateEngine, w: int) -> Callable[[Batch, float], float
     host = w == engine.workers
     in_hook = policy.gil.in_hook if policy.gil is not None and not host else None
     traced, now_of, virtual = hooks.trace is not None, clock.now, clock.virtual
-    # Read in place (RealClock.now) where the read that ends a hook's busy time is the next
-    # start (_ONE_CLOCK); elsewhere through now_of(), as any other clock.
-    real = clock if isinstance(clock, RealClock) and _ONE_CLOCK else None
+    # Read in place (RealClock.now) where the read that ends a hook's busy time reads the real
+    # time the clock follows (its source: time.monotonic, the same clock as perf_counter where
+    # _ONE_CLOCK); elsewhere through now_of(), as any other clock.
+    real = (
+        clock
+        if isinstance(clock, RealClock)
+        and (clock.source is _perf_counter or (_ONE_CLOCK and clock.source is time.monotonic))
+        else None
+    )
     one_worker = engine.workers == 1
     inf = float("inf")
 
