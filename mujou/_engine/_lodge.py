@@ -123,7 +123,7 @@ def lodger(policy: Policy, clock: RealClock, sender: Slot, slot: Slot) -> Callab
     and answers False (the caller goes the locked way, ``Engine.sent``)."""
     holder = policy.holder
     dues = policy.queue.dues  # the queue's heap: never replaced
-    origin, scale, monotonic = clock._origin, clock.scale, clock.source  # RealClock.now, inlined
+    origin, scale, source = clock._origin, clock.scale, clock.source  # RealClock.now, inlined
     started = clock._start  # fixed once started, as the rest
     assert started is not None  # planned as the timer starts
     batch = policy.batch[0]
@@ -134,7 +134,7 @@ def lodger(policy: Policy, clock: RealClock, sender: Slot, slot: Slot) -> Callab
     def lodge(number: int) -> bool:
         if not policy.lodging or holder[mine] != 1 or holder[index] != FREE or slot.due != inf:
             return False
-        now = origin + (monotonic() - started) * scale
+        now = origin + (source() - started) * scale
         if (dues and dues[0] <= now) or slot.last > now:
             return False  # an update due first (threads.earliest-due-first), or not due yet
         times[0] = slot.due = now  # arrive's note; due at once (no delay, no min_interval)
